@@ -1,0 +1,27 @@
+// libmicrohttpd for Swift. MHD_start_daemon and MHD_upgrade_action are variadic, and
+// MHD_SIZE_UNKNOWN is a macro: Swift cannot call or import them, so these `gw_` wrappers can.
+#ifndef GATTWAY_CMICROHTTPD_SHIM_H
+#define GATTWAY_CMICROHTTPD_SHIM_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+static const uint64_t GW_MHD_SIZE_UNKNOWN = MHD_SIZE_UNKNOWN;
+
+/// Starts a daemon with an MHD_OPTION_END-terminated option array.
+static inline struct MHD_Daemon *gw_mhd_start(unsigned int flags, uint16_t port,
+                                              MHD_AccessHandlerCallback handler, void *handler_cls,
+                                              struct MHD_OptionItem *options) {
+    return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}
+
+/// Closes an upgraded (WebSocket) connection; the only way to release its socket.
+static inline enum MHD_Result gw_mhd_upgrade_close(struct MHD_UpgradeResponseHandle *urh) {
+    return MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+#endif
