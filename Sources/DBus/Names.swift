@@ -1,0 +1,80 @@
+import CDBus
+
+/// A D-Bus object path, validated when made: libdbus aborts the process on an invalid one.
+public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let rawValue: String
+
+    public init?(_ string: String) {
+        guard Validate.path(string) else { return nil }
+        rawValue = string
+    }
+
+    /// A path the program wrote itself; a mistake in one is a programming error.
+    public init(trusted string: String) {
+        precondition(Validate.path(string), "invalid object path \(string)")
+        rawValue = string
+    }
+
+    public static let root = ObjectPath(trusted: "/")
+
+    public var description: String { rawValue }
+
+    /// `child("dev_00")` of `/org/bluez/hci0` is `/org/bluez/hci0/dev_00`; nil if the element is invalid.
+    public func child(_ element: String) -> ObjectPath? {
+        ObjectPath(rawValue == "/" ? "/" + element : rawValue + "/" + element)
+    }
+
+    /// The last element ("dev_00_11" of "/org/bluez/hci0/dev_00_11").
+    public var lastElement: Substring { rawValue.split(separator: "/").last ?? "" }
+
+    /// The parent path, nil for "/".
+    public var parent: ObjectPath? {
+        guard rawValue != "/", let slash = rawValue.lastIndex(of: "/") else { return nil }
+        let head = String(rawValue[..<slash])
+        return ObjectPath(trusted: head.isEmpty ? "/" : head)
+    }
+
+    /// True when `self` is `ancestor` or lies below it.
+    public func isDescendant(of ancestor: ObjectPath) -> Bool {
+        if ancestor.rawValue == "/" || rawValue == ancestor.rawValue { return true }
+        return rawValue.hasPrefix(ancestor.rawValue + "/")
+    }
+
+    public static func < (a: ObjectPath, b: ObjectPath) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// A D-Bus type signature such as `a{sv}`.
+public struct Signature: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init?(_ string: String) {
+        guard Validate.signature(string) else { return nil }
+        rawValue = string
+    }
+    init(trusted: String) { rawValue = trusted }
+    public var description: String { rawValue }
+}
+
+/// Checks names before they reach libdbus, which aborts on invalid input.
+public enum Validate {
+    public static func path(_ s: String) -> Bool { check(s, dbus_validate_path) }
+    public static func interface(_ s: String) -> Bool { check(s, dbus_validate_interface) }
+    public static func member(_ s: String) -> Bool { check(s, dbus_validate_member) }
+    public static func errorName(_ s: String) -> Bool { check(s, dbus_validate_error_name) }
+    public static func busName(_ s: String) -> Bool { check(s, dbus_validate_bus_name) }
+    public static func utf8(_ s: String) -> Bool {
+        !s.utf8.contains(0) && check(s, dbus_validate_utf8)
+    }
+    public static func signature(_ s: String) -> Bool {
+        var error = gw_dbus_error_init()
+        defer { dbus_error_free(&error) }
+        return dbus_signature_validate(s, &error) != 0
+    }
+
+    private static func check(_ s: String,
+                              _ fn: (UnsafePointer<CChar>?, UnsafeMutablePointer<CDBus.DBusError>?) -> dbus_bool_t) -> Bool {
+        if s.utf8.contains(0) { return false }
+        var error = gw_dbus_error_init()
+        defer { dbus_error_free(&error) }
+        return fn(s, &error) != 0
+    }
+}
