@@ -1,0 +1,31 @@
+/// What a peripheral advertised, under CoreBluetooth's advertisement-data key names.
+public struct AdvertisementData: Sendable, Hashable {
+    /// `CBAdvertisementDataLocalNameKey`.
+    public var localName: String?
+    /// `CBAdvertisementDataServiceUUIDsKey`.
+    public var serviceUUIDs: [BluetoothUUID]
+    /// `CBAdvertisementDataManufacturerDataKey`, split: company identifier → the bytes after it.
+    public var manufacturerData: [UInt16: [UInt8]]
+    /// `CBAdvertisementDataServiceDataKey`.
+    public var serviceData: [BluetoothUUID: [UInt8]]
+    /// `CBAdvertisementDataTxPowerLevelKey`, dBm.
+    public var txPowerLevel: Int?
+    /// `CBAdvertisementDataIsConnectable`; nil when unknown.
+    public var isConnectable: Bool?
+
+    public init(
+        localName: String? = nil,
+        serviceUUIDs: [BluetoothUUID] = [],
+        manufacturerData: [UInt16: [UInt8]] = [:],
+        serviceData: [BluetoothUUID: [UInt8]] = [:],
+        txPowerLevel: Int? = nil,
+        isConnectable: Bool? = nil
+    ) {
+        self.localName = localName
+        self.serviceUUIDs = serviceUUIDs
+        self.manufacturerData = manufacturerData
+        self.serviceData = serviceData
+        self.txPowerLevel = txPowerLevel
+        self.isConnectable = isConnectable
+    }
+}

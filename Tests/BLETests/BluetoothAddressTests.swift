@@ -1,0 +1,64 @@
+import BLE
+import FoundationEssentials
+import Testing
+
+@Suite struct BluetoothAddressTests {
+    @Test(arguments: [
+        ("AA:BB:CC:DD:EE:FF", "AA:BB:CC:DD:EE:FF"),
+        ("aa:bb:cc:dd:ee:ff", "AA:BB:CC:DD:EE:FF"),
+        ("aA-bB-cC-dD-eE-fF", "AA:BB:CC:DD:EE:FF"),
+        ("01-23-45-67-89-ab", "01:23:45:67:89:AB"),
+        ("00:00:00:00:00:00", "00:00:00:00:00:00"),
+    ])
+    func parsesToUppercaseColonForm(input: String, description: String) throws {
+        let address = try #require(BluetoothAddress(input))
+        #expect(address.description == description)
+        #expect(BluetoothAddress(address.description) == address)
+    }
+
+    @Test(arguments: [
+        "", "AA:BB:CC:DD:EE", "AA:BB:CC:DD:EE:FF:00", "AA:BB-CC:DD:EE:FF", "AABBCCDDEEFF",
+        "AA_BB_CC_DD_EE_FF", "AA.BB.CC.DD.EE.FF", "AA:BB:CC:DD:EE:FG", "A:BB:CC:DD:EE:FFF",
+        "AA::BB:CC:DD:EE:F", " AA:BB:CC:DD:EE:FF", "AA:BB:CC:DD:EE:FF ", "dev_AA_BB_CC_DD_EE_FF",
+    ])
+    func rejectsInvalidForms(input: String) {
+        #expect(BluetoothAddress(input) == nil)
+    }
+
+    @Test(arguments: [
+        ("dev_AA_BB_CC_DD_EE_FF", "AA:BB:CC:DD:EE:FF"),
+        ("dev_01_23_45_67_89_ab", "01:23:45:67:89:AB"),
+    ])
+    func parsesBlueZPathComponent(component: String, description: String) throws {
+        let address = try #require(BluetoothAddress(bluezPathComponent: component))
+        #expect(address.description == description)
+        #expect(address.bluezPathComponent == "dev_" + description.replacing(":", with: "_"))
+    }
+
+    @Test(arguments: [
+        "", "dev_", "AA_BB_CC_DD_EE_FF", "dev_AA:BB:CC:DD:EE:FF", "dev_AA-BB-CC-DD-EE-FF",
+        "dev_AA_BB_CC_DD_EE", "dev_AA_BB_CC_DD_EE_FF_00", "Dev_AA_BB_CC_DD_EE_FF",
+        "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF", "dev_AA_BB_CC_DD_EE_FF/service000a", "hci0",
+    ])
+    func rejectsOtherPathComponents(component: String) {
+        #expect(BluetoothAddress(bluezPathComponent: component) == nil)
+    }
+
+    @Test func bytesAreMostSignificantFirst() throws {
+        let address = try #require(BluetoothAddress("01:23:45:67:89:AB"))
+        #expect(address.bytes == [0x01, 0x23, 0x45, 0x67, 0x89, 0xAB])
+        #expect(BluetoothAddress(bytes: [0x01, 0x23, 0x45, 0x67, 0x89, 0xAB]) == address)
+        #expect(BluetoothAddress(bytes: [0x01, 0x23, 0x45, 0x67, 0x89]) == nil)
+        #expect(BluetoothAddress(bytes: [0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD]) == nil)
+        #expect(try #require(BluetoothAddress("01:23:45:67:89:AB")) < #require(BluetoothAddress("01:23:45:67:89:AC")))
+    }
+
+    @Test func codableAsString() throws {
+        let address = try #require(BluetoothAddress("aa-bb-cc-dd-ee-01"))
+        let json = try JSONEncoder().encode([address])
+        #expect(String(decoding: json, as: UTF8.self) == "[\"AA:BB:CC:DD:EE:01\"]")
+        #expect(try JSONDecoder().decode([BluetoothAddress].self, from: Data("[\"aa-bb-cc-dd-ee-01\"]".utf8)) == [address])
+        let message = try dataCorruptedMessage(decoding: BluetoothAddress.self, fromJSONString: "AA:BB")
+        #expect(message.hasPrefix("invalid Bluetooth address \"AA:BB\""))
+    }
+}
