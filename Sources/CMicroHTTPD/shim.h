@@ -24,4 +24,18 @@ static inline enum MHD_Result gw_mhd_upgrade_close(struct MHD_UpgradeResponseHan
     return MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
 
+/// The port the daemon listens on (for port 0, the one the kernel chose); 0 if unknown.
+/// MHD_get_daemon_info is variadic.
+static inline uint16_t gw_mhd_bound_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}
+
+/// The peer address of a connection, or NULL. MHD_get_connection_info is variadic.
+static inline const struct sockaddr *gw_mhd_client_address(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info ? info->client_addr : NULL;
+}
+
 #endif

@@ -1,0 +1,63 @@
+import CMicroHTTPD
+
+/// An HTTP/1.1 server on libmicrohttpd.
+///
+/// One internal I/O thread (epoll) reads requests. When a request is complete its connection is
+/// suspended and `handler` runs in its own `Task`; when the handler returns, the connection is
+/// resumed and the response sent. So a slow handler holds its connection, never the I/O thread, and
+/// the number of handlers in flight is bounded by `connectionLimit`.
+public final class Server: Sendable {
+    /// The host the server listens on, as given.
+    public let host: String
+    /// The bound port (the kernel's choice when `port` 0 was asked for).
+    public let port: UInt16
+    private let core: ServerCore
+
+    /// Starts listening and serving at once.
+    ///
+    /// - Parameters:
+    ///   - host: an IPv4 literal ("0.0.0.0" for all interfaces), "localhost", or an IPv6 literal.
+    ///   - port: 0 for an ephemeral port; read the result from `port`.
+    ///   - maxBodyBytes: longer bodies are answered with `errorResponder(.bodyTooLarge)`.
+    ///   - connectionLimit: connections beyond it are refused at accept.
+    ///   - idleTimeoutSeconds: an idle connection (not one waiting for its handler) is closed after this.
+    ///   - log: receives libmicrohttpd's error messages (client resets and the like), on its I/O
+    ///     thread; it must not block. Nil drops them; start-up errors are thrown either way.
+    ///   - errorResponder: renders requests answered without the handler; called on the I/O thread.
+    ///   - handler: answers every complete request, usually `router.handle`.
+    /// - Throws: `ServerStartError` when the host is not an address or the socket cannot be bound.
+    public init(
+        host: String,
+        port: UInt16,
+        maxBodyBytes: Int = 64 * 1024,
+        connectionLimit: Int = 256,
+        idleTimeoutSeconds: Int = 60,
+        log: (@Sendable (String) -> Void)? = nil,
+        errorResponder: @escaping @Sendable (ServerError) -> Response,
+        handler: @escaping Handler
+    ) throws {
+        guard let address = ListenAddress(host: host, port: port) else {
+            throw ServerStartError(host: host, port: port, reason: "not an IPv4 or IPv6 address")
+        }
+        let core = ServerCore(
+            maxBodyBytes: max(0, maxBodyBytes), log: log, errorResponder: errorResponder, handler: handler)
+        self.host = host
+        self.port = try core.start(
+            host: host, address: address, port: port,
+            connectionLimit: connectionLimit, idleTimeoutSeconds: idleTimeoutSeconds)
+        self.core = core
+    }
+
+    /// Stops serving at once: connections waiting for a handler are resumed and closed (usually
+    /// without a response; a 503 if MHD gets to them first), their handlers run on and their
+    /// responses are dropped; then the daemon and its thread stop and the port is released.
+    /// Idempotent; also done on deinit. Must not be called from `errorResponder` or `log`, which
+    /// run on the I/O thread this call waits for.
+    public func stop() {
+        core.stop()
+    }
+
+    deinit {
+        core.stop()
+    }
+}

@@ -1,0 +1,32 @@
+/// A request the server or the router answers without a handler. The `errorResponder` given to
+/// `Server` and `Router` renders it (the gateway uses its JSON error shape).
+public enum ServerError: Error, Sendable, Equatable {
+    /// The body is longer than the server's `maxBodyBytes`.
+    case bodyTooLarge(limit: Int)
+    /// No route matches the path.
+    case notFound(method: String, path: String)
+    /// Routes match the path, none for this method. The router adds the `Allow` header.
+    case methodNotAllowed(allowed: [String])
+    /// The request cannot be read, e.g. malformed percent-encoding in the path or query.
+    case badRequest(String)
+
+    /// The HTTP status this error stands for.
+    public var status: Int {
+        switch self {
+        case .bodyTooLarge: 413
+        case .notFound: 404
+        case .methodNotAllowed: 405
+        case .badRequest: 400
+        }
+    }
+}
+
+/// Why `Server.init` could not start listening.
+public struct ServerStartError: Error, Sendable, CustomStringConvertible {
+    public let host: String
+    public let port: UInt16
+    /// What libmicrohttpd or the system said, e.g. "Failed to bind to port 8080: Address already in use".
+    public let reason: String
+
+    public var description: String { "cannot listen on \(host) port \(port): \(reason)" }
+}
