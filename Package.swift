@@ -29,7 +29,9 @@ let package = Package(
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["BLE"]),
+        .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,1 +1,108 @@
-print("gattway")
+import BlueZ
+import DBus
+import Dispatch
+import FoundationEssentials
+import Gateway
+import Glibc
+import HTTPServer
+import Synchronization
+
+let gattwayVersion = "0.1.0"
+
+/// One line on stderr, with the time.
+@Sendable func log(_ message: String) {
+    let now = Date().formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    writeError("\(now) \(message)\n")
+}
+
+/// Writes to stderr (fd 2) in one call, so lines from different threads do not interleave.
+@Sendable func writeError(_ text: String) {
+    var bytes = Array(text.utf8)
+    _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+/// Waits for SIGINT or SIGTERM.
+func waitForTermination() async -> Int32 {
+    signal(SIGINT, SIG_IGN)
+    signal(SIGTERM, SIG_IGN)
+    let fired = Mutex<CheckedContinuation<Int32, Never>?>(nil)
+    var sources: [DispatchSourceSignal] = []
+    let received = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+        fired.withLock { $0 = continuation }
+        for number in [SIGINT, SIGTERM] {
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { fired.withLock { $0.take() }?.resume(returning: number) }
+            source.resume()
+            sources.append(source)
+        }
+    }
+    sources.forEach { $0.cancel() }
+    return received
+}
+
+func run(_ options: Options) async -> Int32 {
+    // The bus: ours with the simulator on it, or the system's.
+    var simulation: Simulation?
+    let address: String
+    if let simulate = options.simulate {
+        do {
+            let started = try await Simulation.start(configurationFile: simulate)
+            simulation = started
+            address = started.bus.address
+            log("simulating BlueZ (\(simulate ?? "built-in devices")) on DBUS_SYSTEM_BUS_ADDRESS=\(started.bus.address)")
+        } catch {
+            log("gattway: cannot start the simulator: \(error)")
+            return 1
+        }
+    } else {
+        address = Connection.systemBusAddress
+    }
+
+    let connection: Connection
+    do {
+        connection = try Connection(address: address)
+    } catch {
+        log("gattway: cannot connect to the D-Bus system bus at \(address): \(error)")
+        log("gattway: is dbus running, and (in a container) is /run/dbus mounted? Or try --simulate.")
+        return 1
+    }
+    let central = BlueZCentral(connection: connection, adapter: options.adapter, log: log)
+    await central.start()
+    let status = await central.status()
+    log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
+
+    let gateway = Gateway(central: central, version: gattwayVersion)
+    let router = gateway.router()
+    let server: Server
+    do {
+        server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
+                            log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
+            let start = ContinuousClock.now
+            let response = await router.handle(request)
+            let elapsed = ContinuousClock.now - start
+            let tenths = elapsed.components.seconds * 10_000 + elapsed.components.attoseconds / 100_000_000_000_000
+            log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")
+            return response
+        }
+    } catch {
+        log("gattway: \(error)")
+        return 1
+    }
+    log("gattway \(gattwayVersion) listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
+
+    let signal = await waitForTermination()
+    log("signal \(signal): shutting down")
+    server.stop()
+    _ = try? await central.stopScan()
+    connection.close()
+    simulation?.stop()
+    return 0
+}
+
+switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } }) {
+case .exit(let code, let message):
+    if code == 0 { print(message) } else { writeError(message + "\n") }
+    exit(code)
+case .run(let options):
+    exit(await run(options))
+}

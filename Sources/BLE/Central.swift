@@ -1,0 +1,102 @@
+import FoundationEssentials
+
+/// What `/v1/state` reports: the manager state and why it is so.
+public struct ManagerStatus: Sendable, Equatable {
+    public var state: ManagerState
+    /// The adapter in use ("hci0"), once one is known.
+    public var adapter: String?
+    /// Why the state is not poweredOn, in words a user can act on.
+    public var reason: String?
+
+    public init(state: ManagerState, adapter: String? = nil, reason: String? = nil) {
+        self.state = state
+        self.adapter = adapter
+        self.reason = reason
+    }
+}
+
+/// One Bluetooth controller.
+public struct AdapterInfo: Sendable, Equatable {
+    public var id: String
+    public var address: BluetoothAddress?
+    public var name: String?
+    public var alias: String?
+    public var powered: Bool
+    public var discovering: Bool
+    /// Whether this gateway uses it (the others are left alone).
+    public var selected: Bool
+
+    public init(id: String, address: BluetoothAddress?, name: String?, alias: String?, powered: Bool,
+                discovering: Bool, selected: Bool) {
+        self.id = id
+        self.address = address
+        self.name = name
+        self.alias = alias
+        self.powered = powered
+        self.discovering = discovering
+        self.selected = selected
+    }
+}
+
+/// A remote device as the central knows it.
+public struct PeripheralInfo: Sendable, Equatable {
+    public var id: BluetoothAddress
+    public var addressType: String?
+    public var name: String?
+    public var rssi: Int?
+    /// When an advertisement (or a change to one) was last seen.
+    public var lastSeen: Date?
+    public var state: PeripheralState
+    public var paired: Bool
+    public var advertisement: AdvertisementData
+
+    public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
+                state: PeripheralState, paired: Bool, advertisement: AdvertisementData) {
+        self.id = id
+        self.addressType = addressType
+        self.name = name
+        self.rssi = rssi
+        self.lastSeen = lastSeen
+        self.state = state
+        self.paired = paired
+        self.advertisement = advertisement
+    }
+}
+
+/// The scan as it stands.
+public struct ScanStatus: Sendable, Equatable {
+    public var scanning: Bool
+    /// The options of the current or last scan.
+    public var options: ScanOptions?
+    public var startedAt: Date?
+    /// When the scan's timeout ends it, if it has one.
+    public var stopsAt: Date?
+    /// Devices that matched the filters since the scan started.
+    public var discovered: Int
+
+    public init(scanning: Bool, options: ScanOptions?, startedAt: Date?, stopsAt: Date?, discovered: Int) {
+        self.scanning = scanning
+        self.options = options
+        self.startedAt = startedAt
+        self.stopsAt = stopsAt
+        self.discovered = discovered
+    }
+}
+
+/// A BLE central, as `CBCentralManager` is one. The BlueZ backend implements it; the
+/// gateway only sees this.
+public protocol Central: Sendable {
+    func status() async -> ManagerStatus
+    func adapters() async throws(BLEError) -> [AdapterInfo]
+
+    /// Starts a scan with these filters, or replaces the filters of the running one. The
+    /// list of discovered peripherals starts empty.
+    func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus
+    func stopScan() async throws(BLEError) -> ScanStatus
+    func scanStatus() async -> ScanStatus
+
+    /// Peripherals that matched the current (or last) scan, and connected ones.
+    func peripherals() async -> [PeripheralInfo]
+    /// A peripheral the adapter knows, or `unknownDevice`.
+    func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
+}

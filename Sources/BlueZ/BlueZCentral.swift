@@ -1,0 +1,279 @@
+import BLE
+import DBus
+import FoundationEssentials
+import Synchronization
+
+/// The `Central` on BlueZ: a mirror of org.bluez's objects kept current by signals, and
+/// method calls with deadlines for everything that acts.
+public final class BlueZCentral: Central {
+    private let connection: Connection
+    /// "hci0" when the user chose one; otherwise the first adapter BlueZ lists.
+    private let adapterName: String?
+    private let log: @Sendable (String) -> Void
+    private let tree = ObjectTree()
+    private let bus = Mutex<BusState>(.starting)
+    private let scan = Mutex(ScanState())
+
+    /// How long a discovery call may take before it counts as failed.
+    static let callDeadline: Duration = .seconds(10)
+
+    private enum BusState: Sendable {
+        case starting
+        case ready
+        case absent
+        case failed(BusError)
+    }
+
+    private struct ScanState {
+        var scanning = false
+        var options: ScanOptions?
+        var startedAt: Date?
+        var stopsAt: Date?
+        /// Devices that matched since the scan started, with when they were last seen.
+        var seen: [BluetoothAddress: Date] = [:]
+        /// Bumped by every start and stop, so that an old timeout cannot stop a newer scan.
+        var generation = 0
+
+        var status: ScanStatus {
+            ScanStatus(scanning: scanning, options: options, startedAt: startedAt, stopsAt: stopsAt, discovered: seen.count)
+        }
+    }
+
+    public init(connection: Connection, adapter: String?, log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.connection = connection
+        self.adapterName = adapter
+        self.log = log
+        tree.setObserver { [weak self] change in self?.treeChanged(change) }
+    }
+
+    /// Subscribes to BlueZ's signals, then loads its objects. Problems show in `status()`.
+    public func start() async {
+        let objectManager = MatchRule(sender: BlueZ.service, interface: Connection.objectManagerInterface)
+        let properties = MatchRule(sender: BlueZ.service, pathNamespace: ObjectPath(trusted: "/org/bluez"),
+                                   interface: Connection.propertiesInterface, member: "PropertiesChanged")
+        let owner = MatchRule(sender: BlueZ.busService, interface: BlueZ.busService, member: "NameOwnerChanged", arg0: BlueZ.service)
+        let tree = self.tree
+        do {
+            try await connection.subscribe(objectManager) { tree.apply($0) }
+            try await connection.subscribe(properties) { tree.apply($0) }
+            try await connection.subscribe(owner) { [weak self] signal in
+                guard let self else { return }
+                let newOwner = signal.body.count > 2 ? signal.body[2].string ?? "" : ""
+                if newOwner.isEmpty {
+                    self.log("org.bluez left the bus")
+                    self.bus.withLock { $0 = .absent }
+                    self.tree.clear()
+                    self.scan.withLock { $0.scanning = false; $0.generation += 1 }
+                } else {
+                    self.log("org.bluez is back on the bus (\(newOwner)); reloading its objects")
+                    Task { await self.reload() }
+                }
+            }
+        } catch {
+            bus.withLock { $0 = .failed(error) }
+            log("cannot subscribe to BlueZ signals: \(error)")
+            return
+        }
+        await reload()
+    }
+
+    private func reload() async {
+        tree.beginLoading()
+        do {
+            let reply = try await connection.call(.methodCall(destination: BlueZ.service, path: .root,
+                                                              interface: Connection.objectManagerInterface,
+                                                              member: "GetManagedObjects"), timeout: Self.callDeadline)
+            var objects: [ObjectPath: ObjectTree.Interfaces] = [:]
+            for entry in reply.body.first?.dictionaryEntries ?? [] {
+                if let path = entry.key.objectPath { objects[path] = Connection.interfaces(entry.value) }
+            }
+            tree.load(objects, replySerial: reply.serial)
+            bus.withLock { $0 = .ready }
+            let adapters = objects.values.filter { $0[BlueZ.adapterInterface] != nil }.count
+            log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(adapterPath()?.lastElement ?? "none")")
+        } catch {
+            let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
+            bus.withLock { $0 = absent ? .absent : .failed(error) }
+            tree.load([:], replySerial: .max)
+            log("cannot read BlueZ's objects: \(error)")
+        }
+    }
+
+    // MARK: - Adapter
+
+    /// The adapter in use: the chosen one, or the first BlueZ lists.
+    private func adapterPath() -> ObjectPath? {
+        let adapters = tree.objects(with: BlueZ.adapterInterface, under: ObjectPath(trusted: "/org/bluez"))
+        if let adapterName {
+            return adapters.first { $0.0.lastElement == adapterName }?.0
+        }
+        return adapters.first?.0
+    }
+
+    public func status() async -> ManagerStatus {
+        switch bus.withLock({ $0 }) {
+        case .starting:
+            return ManagerStatus(state: .unknown, reason: "reading BlueZ's state")
+        case .absent:
+            return ManagerStatus(state: .unsupported, reason: "org.bluez is not on the bus: is bluetoothd running?")
+        case .failed(let error) where error.name == "org.freedesktop.DBus.Error.AccessDenied":
+            return ManagerStatus(state: .unauthorized, reason: "the D-Bus policy denies access to org.bluez: \(error.message)")
+        case .failed(let error):
+            return ManagerStatus(state: .unknown, reason: "BlueZ did not answer: \(error)")
+        case .ready:
+            break
+        }
+        guard let path = adapterPath(), let props = tree.properties(at: path, BlueZ.adapterInterface) else {
+            let reason = adapterName.map { "adapter \($0) not found" } ?? "no Bluetooth adapter"
+            return ManagerStatus(state: .unsupported, reason: reason)
+        }
+        let name = String(path.lastElement)
+        if props["Powered"]?.bool != true {
+            return ManagerStatus(state: .poweredOff, adapter: name, reason: "adapter \(name) is powered off")
+        }
+        return ManagerStatus(state: .poweredOn, adapter: name)
+    }
+
+    public func adapters() async throws(BLEError) -> [AdapterInfo] {
+        let selected = adapterPath()
+        return tree.objects(with: BlueZ.adapterInterface, under: ObjectPath(trusted: "/org/bluez")).map { path, props in
+            AdapterInfo(id: String(path.lastElement), address: props["Address"]?.string.flatMap { BluetoothAddress($0) },
+                        name: props["Name"]?.string, alias: props["Alias"]?.string,
+                        powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
+                        selected: path == selected)
+        }
+    }
+
+    /// The adapter's path, or the error a request gets while Bluetooth is not usable.
+    private func usableAdapter() async throws(BLEError) -> ObjectPath {
+        let status = await status()
+        guard status.state == .poweredOn, let path = adapterPath() else {
+            throw BLEError(.unknown, "Bluetooth is \(status.state.name)" + (status.reason.map { ": \($0)" } ?? ""))
+        }
+        return path
+    }
+
+    // MARK: - Scanning
+
+    public func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try options.validate()
+        guard options.active else {
+            throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
+        }
+        let adapter = try await usableAdapter()
+        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
+        if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
+        if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
+
+        let alreadyScanning = scan.withLock { $0.scanning }
+        if !alreadyScanning {
+            do {
+                try await adapterCall(adapter, "StartDiscovery")
+            } catch where error.detail?.contains("InProgress") == true {
+                // This connection is already discovering (a scan we lost track of): keep it.
+            }
+        }
+        let now = Date()
+        let (status, generation) = scan.withLock { s -> (ScanStatus, Int) in
+            s.generation += 1
+            s.scanning = true
+            s.options = options
+            s.startedAt = now
+            s.stopsAt = options.timeout.map { now.addingTimeInterval($0) }
+            s.seen.removeAll()
+            return (s.status, s.generation)
+        }
+        log("scan started: \(describe(options))")
+        if let timeout = options.timeout {
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(Int(timeout * 1000)))
+                guard let self, self.scan.withLock({ $0.scanning && $0.generation == generation }) else { return }
+                _ = try? await self.stopScan()
+            }
+        }
+        return status
+    }
+
+    public func stopScan() async throws(BLEError) -> ScanStatus {
+        let wasScanning = scan.withLock { s -> Bool in
+            defer { s.scanning = false; s.stopsAt = nil; s.generation += 1 }
+            return s.scanning
+        }
+        if wasScanning, let adapter = adapterPath() {
+            do {
+                try await adapterCall(adapter, "StopDiscovery")
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
+            } catch {
+                // "No discovery started" or a powered-off adapter: the scan is over either way.
+                log("stopping discovery: \(error)")
+            }
+            log("scan stopped")
+        }
+        return scan.withLock { $0.status }
+    }
+
+    public func scanStatus() async -> ScanStatus { scan.withLock { $0.status } }
+
+    private func adapterCall(_ adapter: ObjectPath, _ member: String, _ body: [Value] = []) async throws(BLEError) {
+        do {
+            _ = try await connection.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                                      member: member, body), timeout: Self.callDeadline)
+        } catch {
+            throw ErrorMapping.map(error, context: .adapter)
+        }
+    }
+
+    private func describe(_ options: ScanOptions) -> String {
+        var parts: [String] = []
+        if !options.services.isEmpty { parts.append("services=" + options.services.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",")) }
+        if let name = options.name { parts.append("name=\(name)") }
+        if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
+        if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        if let timeout = options.timeout { parts.append("timeout=\(timeout)s") }
+        return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
+    }
+
+    /// A device that advertised (or changed) during a scan joins its results if it matches.
+    private func treeChanged(_ change: ObjectTree.Change) {
+        let path: ObjectPath
+        switch change {
+        case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil: path = p
+        case .properties(let p, let interface, _, _) where interface == BlueZ.deviceInterface: path = p
+        default: return
+        }
+        guard let adapter = adapterPath(), path.parent == adapter,
+              let props = tree.properties(at: path, BlueZ.deviceInterface),
+              let address = DeviceProperties.address(props) else { return }
+        let now = Date()
+        scan.withLock { s in
+            guard s.scanning, let options = s.options else { return }
+            if s.seen[address] != nil
+                || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
+                                   advertisement: DeviceProperties.advertisement(props)) {
+                s.seen[address] = now
+            }
+        }
+    }
+
+    // MARK: - Peripherals
+
+    public func peripherals() async -> [PeripheralInfo] {
+        guard let adapter = adapterPath() else { return [] }
+        let seen = scan.withLock { $0.seen }
+        return tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
+            guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
+            guard seen[address] != nil || props["Connected"]?.bool == true else { return nil }
+            return DeviceProperties.peripheral(props, lastSeen: seen[address])
+        }.sorted { $0.id < $1.id }
+    }
+
+    public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        guard let adapter = adapterPath(), let path = adapter.child(id.bluezPathComponent),
+              let props = tree.properties(at: path, BlueZ.deviceInterface),
+              let info = DeviceProperties.peripheral(props, lastSeen: scan.withLock({ $0.seen[id] })) else {
+            throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+        }
+        return info
+    }
+}

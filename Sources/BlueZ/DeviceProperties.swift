@@ -1,0 +1,54 @@
+import BLE
+import DBus
+import FoundationEssentials
+
+/// Reading org.bluez.Device1 and Adapter1 properties into the BLE model.
+enum DeviceProperties {
+    static func address(_ props: [String: Value]) -> BluetoothAddress? {
+        props["Address"]?.string.flatMap { BluetoothAddress($0) }
+    }
+
+    /// BlueZ's `Name` is what the device advertised; `Alias` falls back to the address with
+    /// dashes, which is no name at all.
+    static func name(_ props: [String: Value]) -> String? {
+        if let name = props["Name"]?.string { return name }
+        guard let alias = props["Alias"]?.string, BluetoothAddress(alias) == nil else { return nil }
+        return alias
+    }
+
+    static func advertisement(_ props: [String: Value]) -> AdvertisementData {
+        var manufacturer: [UInt16: [UInt8]] = [:]
+        for entry in props["ManufacturerData"]?.dictionaryEntries ?? [] {
+            if let id = entry.key.integer, let company = UInt16(exactly: id), let bytes = entry.value.bytes {
+                manufacturer[company] = bytes
+            }
+        }
+        var serviceData: [BluetoothUUID: [UInt8]] = [:]
+        for entry in props["ServiceData"]?.dictionaryEntries ?? [] {
+            if let uuid = entry.key.string.flatMap({ BluetoothUUID($0) }), let bytes = entry.value.bytes {
+                serviceData[uuid] = bytes
+            }
+        }
+        return AdvertisementData(
+            localName: props["Name"]?.string,
+            serviceUUIDs: (props["UUIDs"]?.strings ?? []).compactMap { BluetoothUUID($0) },
+            manufacturerData: manufacturer,
+            serviceData: serviceData,
+            txPowerLevel: props["TxPower"]?.integer,
+            // BlueZ 5.66 does not say whether an advertisement was connectable.
+            isConnectable: nil)
+    }
+
+    /// RSSI, when BlueZ has a current one (it reports 127 or nothing when it does not).
+    static func rssi(_ props: [String: Value]) -> Int? {
+        guard let rssi = props["RSSI"]?.integer, rssi != 127, rssi != 0 else { return nil }
+        return rssi
+    }
+
+    static func peripheral(_ props: [String: Value], lastSeen: Date?) -> PeripheralInfo? {
+        guard let id = address(props) else { return nil }
+        return PeripheralInfo(id: id, addressType: props["AddressType"]?.string, name: name(props), rssi: rssi(props),
+                              lastSeen: lastSeen, state: props["Connected"]?.bool == true ? .connected : .disconnected,
+                              paired: props["Paired"]?.bool ?? false, advertisement: advertisement(props))
+    }
+}

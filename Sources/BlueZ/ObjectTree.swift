@@ -1,0 +1,111 @@
+import DBus
+import Synchronization
+
+/// A mirror of org.bluez's object tree: path → interface → property → value.
+///
+/// Signals are applied on the D-Bus thread as they arrive. While `GetManagedObjects` is under
+/// way they are held back; when its reply comes, those with a serial above the reply's are
+/// applied on top of it (bluetoothd numbers its signals and replies in the order it sends
+/// them), so no change is lost and none is applied twice.
+final class ObjectTree: Sendable {
+    typealias Interfaces = [String: [String: Value]]
+
+    /// A change, as observers see it.
+    enum Change: Sendable {
+        case added(ObjectPath, Interfaces)
+        case removed(ObjectPath, [String])
+        case properties(ObjectPath, interface: String, changed: [String: Value], invalidated: [String])
+        case reloaded
+    }
+
+    private struct State {
+        var objects: [ObjectPath: Interfaces] = [:]
+        var loading = true
+        var held: [Message] = []
+    }
+
+    private let state = Mutex(State())
+    private let observerSlot = Mutex<(@Sendable (Change) -> Void)?>(nil)
+
+    init() {}
+
+    /// Sets the one observer of changes; it runs on the D-Bus thread, outside the tree's lock.
+    func setObserver(_ observer: @escaping @Sendable (Change) -> Void) { observerSlot.withLock { $0 = observer } }
+
+    private func observer(_ change: Change) { observerSlot.withLock { $0 }?(change) }
+
+    /// Starts holding signals back until `load` completes.
+    func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }
+
+    /// Installs a `GetManagedObjects` result whose reply had serial `replySerial`.
+    func load(_ objects: [ObjectPath: Interfaces], replySerial: UInt32) {
+        let changes = state.withLock { s -> [Change] in
+            s.objects = objects
+            s.loading = false
+            let later = s.held.filter { $0.serial > replySerial }
+            s.held.removeAll()
+            return [.reloaded] + later.compactMap { ObjectTree.apply($0, to: &s.objects) }
+        }
+        for change in changes { observer(change) }
+    }
+
+    /// Empties the tree (org.bluez left the bus).
+    func clear() {
+        state.withLock { $0.objects.removeAll(); $0.loading = true; $0.held.removeAll() }
+        observer(.reloaded)
+    }
+
+    /// Applies an InterfacesAdded, InterfacesRemoved or PropertiesChanged signal.
+    func apply(_ signal: Message) {
+        let change = state.withLock { s -> Change? in
+            if s.loading {
+                if s.held.count < 10_000 { s.held.append(signal) }
+                return nil
+            }
+            return ObjectTree.apply(signal, to: &s.objects)
+        }
+        if let change { observer(change) }
+    }
+
+    func interfaces(at path: ObjectPath) -> Interfaces? { state.withLock { $0.objects[path] } }
+
+    func properties(at path: ObjectPath, _ interface: String) -> [String: Value]? {
+        state.withLock { $0.objects[path]?[interface] }
+    }
+
+    /// Every object below `root` (inclusive) that has `interface`, with that interface's properties.
+    func objects(with interface: String, under root: ObjectPath = .root) -> [(ObjectPath, [String: Value])] {
+        state.withLock { s in
+            s.objects.compactMap { path, interfaces in
+                guard path.isDescendant(of: root), let props = interfaces[interface] else { return nil }
+                return (path, props)
+            }.sorted { $0.0 < $1.0 }
+        }
+    }
+
+    private static func apply(_ signal: Message, to objects: inout [ObjectPath: Interfaces]) -> Change? {
+        switch signal.member {
+        case "InterfacesAdded":
+            guard signal.body.count >= 2, let path = signal.body[0].objectPath else { return nil }
+            let added = Connection.interfaces(signal.body[1])
+            objects[path, default: [:]].merge(added) { _, new in new }
+            return .added(path, added)
+        case "InterfacesRemoved":
+            guard signal.body.count >= 2, let path = signal.body[0].objectPath else { return nil }
+            let names = signal.body[1].strings ?? []
+            for name in names { objects[path]?[name] = nil }
+            if objects[path]?.isEmpty == true { objects[path] = nil }
+            return .removed(path, names)
+        case "PropertiesChanged":
+            guard let path = signal.path, signal.body.count >= 2, let interface = signal.body[0].string,
+                  objects[path]?[interface] != nil else { return nil }
+            let changed = (signal.body[1].stringDictionary ?? [:]).mapValues(\.unwrapped)
+            let invalidated = signal.body.count > 2 ? (signal.body[2].strings ?? []) : []
+            objects[path]?[interface]?.merge(changed) { _, new in new }
+            for name in invalidated { objects[path]?[interface]?[name] = nil }
+            return .properties(path, interface: interface, changed: changed, invalidated: invalidated)
+        default:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,53 @@
+import BLE
+import HTTPServer
+
+/// The REST API over a `Central`: routes, request parsing and response shapes.
+public final class Gateway: Sendable {
+    private let central: Central
+    public let version: String
+
+    public init(central: Central, version: String) {
+        self.central = central
+        self.version = version
+    }
+
+    /// The transport's errors (unknown route, oversize body) in the API's error shape.
+    public static let errorResponder: @Sendable (ServerError) -> Response = { Response.error($0) }
+
+    public func router() -> Router {
+        let router = Router(errorResponder: Gateway.errorResponder)
+        router.add("GET", "/", handle { _ in Index(name: "gattway", version: self.version, documentation: "openapi.yaml") })
+        router.add("GET", "/v1/state", handle { _ in ManagerStateBody(await self.central.status()) })
+        router.add("GET", "/v1/adapters", handle { _ in AdapterList(adapters: try await self.central.adapters().map(AdapterBody.init)) })
+        router.add("GET", "/v1/scan", handle { _ in ScanStatusBody(await self.central.scanStatus()) })
+        router.add("POST", "/v1/scan", handle { request in
+            let body = try JSON.decode(ScanRequest.self, from: request.body)
+            return ScanStatusBody(try await self.central.startScan(try body.options()))
+        })
+        router.add("DELETE", "/v1/scan", handle { _ in ScanStatusBody(try await self.central.stopScan()) })
+        router.add("GET", "/v1/devices", handle { _ in DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)) })
+        router.add("GET", "/v1/devices/{id}", handle { request in
+            DeviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
+        })
+        return router
+    }
+
+    /// A route handler that answers 200 with `T` as JSON, or the error in the documented shape.
+    private func handle<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
+        return { request in
+            do {
+                return .json(200, JSON.encode(try await body(request)))
+            } catch let error as BLEError {
+                return .error(error)
+            } catch {
+                return .error(BLEError(.unknown, "internal error: \(error)"), status: 500)
+            }
+        }
+    }
+}
+
+struct Index: Encodable {
+    var name: String
+    var version: String
+    var documentation: String
+}

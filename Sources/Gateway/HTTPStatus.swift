@@ -1,0 +1,82 @@
+import BLE
+import HTTPServer
+
+/// The HTTP status of each CoreBluetooth error: the one table, in the README.
+public enum HTTPStatus {
+    public static func of(_ error: BLEError) -> Int {
+        switch error.code {
+        case .cb(let code):
+            switch code {
+            case .invalidParameters: return 400
+            case .invalidHandle: return 404
+            case .notConnected: return 409
+            case .outOfSpace: return 413
+            case .operationCancelled: return 409
+            case .connectionTimeout: return 504
+            case .peripheralDisconnected: return 502
+            case .uuidNotAllowed: return 403
+            case .alreadyAdvertising: return 409
+            case .connectionFailed: return 502
+            case .connectionLimitReached: return 503
+            case .unknownDevice: return 404
+            case .operationNotSupported: return 501
+            case .peerRemovedPairingInformation: return 502
+            case .encryptionTimedOut: return 504
+            case .tooManyLEPairedDevices: return 503
+            case .unknown: return 503
+            }
+        case .att(let code):
+            switch code {
+            case .readNotPermitted, .writeNotPermitted, .insufficientAuthentication, .insufficientAuthorization,
+                 .insufficientEncryption, .insufficientEncryptionKeySize:
+                return 403
+            case .invalidOffset, .invalidAttributeValueLength, .invalidPdu:
+                return 400
+            case .invalidHandle, .attributeNotFound:
+                return 404
+            default:
+                return 502
+            }
+        }
+    }
+}
+
+/// The documented error body: `{"error": {domain, code, name, message, detail}}`.
+struct ErrorBody: Encodable {
+    struct Content: Encodable {
+        var domain: String
+        var code: Int
+        var name: String
+        var message: String
+        var detail: String?
+    }
+    var error: Content
+
+    init(_ error: BLEError) {
+        self.error = Content(domain: error.domain.rawValue, code: error.numericCode, name: error.name,
+                             message: error.message, detail: error.detail)
+    }
+}
+
+extension Response {
+    /// An error in the documented shape; `status` overrides the table.
+    static func error(_ error: BLEError, status: Int? = nil) -> Response {
+        .json(status ?? HTTPStatus.of(error), JSON.encode(ErrorBody(error)))
+    }
+
+    /// The transport's own errors (unknown route, oversize body, ...) in the same shape.
+    static func error(_ error: ServerError) -> Response {
+        switch error {
+        case .bodyTooLarge(let limit):
+            return .error(BLEError(.invalidParameters, "the request body is larger than \(limit) bytes"), status: 413)
+        case .notFound(let method, let path):
+            return .error(BLEError(.operationNotSupported, "no route for \(method) \(path); the routes are in openapi.yaml"), status: 404)
+        case .methodNotAllowed(let allowed):
+            var response = Response.error(BLEError(.operationNotSupported, "method not allowed here; allowed: \(allowed.joined(separator: ", "))"), status: 405)
+            response.headers.append((name: "Allow", value: allowed.joined(separator: ", ")))
+            return response
+        case .badRequest(let message):
+            return .error(BLEError(.invalidParameters, message), status: 400)
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import BLE
+import FoundationEssentials
+
+/// JSON in and out: pretty, sorted output for curl users; strict input (unknown keys are
+/// refused, so a typo such as "service" for "services" is an error, not a silent no-op).
+enum JSON {
+    static func encode<T: Encodable>(_ value: T) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+        }
+        guard var data = try? encoder.encode(value) else { return Array(#"{"error":"encoding failed"}"#.utf8) }
+        data.append(UInt8(ascii: "\n"))
+        return Array(data)
+    }
+
+    /// Decodes a request body; an empty body decodes as `{}`.
+    static func decode<T: Decodable & KnownKeys>(_ type: T.Type, from body: [UInt8]) throws(BLEError) -> T {
+        let data = body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) ? Data("{}".utf8) : Data(body)
+        do {
+            try checkKeys(T.self, in: try JSONDecoder().decode(AnyJSON.self, from: data), path: "")
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as BLEError {
+            throw error
+        } catch let error as DecodingError {
+            throw BLEError(.invalidParameters, describe(error))
+        } catch {
+            throw BLEError(.invalidParameters, "the body is not valid JSON")
+        }
+    }
+
+    private static func checkKeys(_ type: KnownKeys.Type, in json: AnyJSON, path: String) throws(BLEError) {
+        guard case .object(let members) = json else {
+            throw BLEError(.invalidParameters, "\(path.isEmpty ? "the body" : path) must be a JSON object")
+        }
+        for (key, value) in members {
+            guard let nested = type.keys[key] else {
+                let known = type.keys.keys.sorted().joined(separator: ", ")
+                throw BLEError(.invalidParameters, "unknown field \"\(path)\(key)\"; known fields: \(known)")
+            }
+            guard let nested else { continue }
+            if case .array(let items) = value {
+                for (i, item) in items.enumerated() { try checkKeys(nested, in: item, path: "\(path)\(key)[\(i)].") }
+            } else {
+                try checkKeys(nested, in: value, path: "\(path)\(key).")
+            }
+        }
+    }
+
+    private static func describe(_ error: DecodingError) -> String {
+        func where_(_ path: [CodingKey]) -> String {
+            let p = path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+            return p.isEmpty ? "the body" : "field \"\(p.dropFirst())\""
+        }
+        switch error {
+        case .typeMismatch(let type, let context): return "\(where_(context.codingPath)) must be of type \(type)"
+        case .valueNotFound(_, let context): return "\(where_(context.codingPath)) must not be null"
+        case .keyNotFound(let key, let context): return "\(where_(context.codingPath + [key])) is required"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "the body is not valid JSON" : "\(where_(context.codingPath)): \(context.debugDescription)"
+        @unknown default: return "the body is not valid JSON"
+        }
+    }
+}
+
+/// A request DTO's field names; a field whose value is itself an object (or array of
+/// objects) names that object's type.
+protocol KnownKeys {
+    static var keys: [String: KnownKeys.Type?] { get }
+}
+
+/// Any JSON value, to look at a body's shape before decoding it.
+enum AnyJSON: Decodable {
+    case object([String: AnyJSON])
+    case array([AnyJSON])
+    case other
+
+    init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let object = try? container.decode([String: AnyJSON].self) { self = .object(object) }
+        else if let array = try? container.decode([AnyJSON].self) { self = .array(array) }
+        else if container.decodeNil() || (try? container.decode(Bool.self)) != nil || (try? container.decode(Double.self)) != nil
+                    || (try? container.decode(String.self)) != nil { self = .other }
+        else { throw DecodingError.dataCorruptedError(in: container, debugDescription: "not JSON") }
+    }
+}

@@ -1,0 +1,209 @@
+import BLE
+import FoundationEssentials
+
+// JSON shapes of the REST API; names as in openapi.yaml's components.
+
+struct ManagerStateBody: Encodable {
+    var state: String
+    var code: Int
+    var adapter: String?
+    var reason: String?
+
+    init(_ status: ManagerStatus) {
+        state = status.state.name
+        code = status.state.rawValue
+        adapter = status.adapter
+        reason = status.reason
+    }
+}
+
+struct AdapterBody: Encodable {
+    var id: String
+    var address: String?
+    var name: String?
+    var alias: String?
+    var powered: Bool
+    var discovering: Bool
+    var selected: Bool
+
+    init(_ a: AdapterInfo) {
+        id = a.id
+        address = a.address?.description
+        name = a.name
+        alias = a.alias
+        powered = a.powered
+        discovering = a.discovering
+        selected = a.selected
+    }
+}
+
+struct AdapterList: Encodable { var adapters: [AdapterBody] }
+
+/// CoreBluetooth's advertisement keys; byte values in hex, manufacturer data keyed by the
+/// decimal company identifier (as Home Assistant and bleak key it).
+struct AdvertisementBody: Encodable {
+    var localName: String?
+    var serviceUUIDs: [String]
+    var manufacturerData: [String: String]
+    var serviceData: [String: String]
+    var txPowerLevel: Int?
+    var isConnectable: Bool?
+
+    init(_ a: AdvertisementData) {
+        localName = a.localName
+        serviceUUIDs = a.serviceUUIDs.map(\.uuidString)
+        manufacturerData = Dictionary(uniqueKeysWithValues: a.manufacturerData.map { (String($0.key), ValueFormat.hex.encode($0.value)) })
+        serviceData = Dictionary(uniqueKeysWithValues: a.serviceData.map { ($0.key.uuidString, ValueFormat.hex.encode($0.value)) })
+        txPowerLevel = a.txPowerLevel
+        isConnectable = a.isConnectable
+    }
+}
+
+struct DeviceBody: Encodable {
+    var id: String
+    var address: String
+    var addressType: String?
+    var name: String?
+    var rssi: Int?
+    var lastSeen: Date?
+    var state: String
+    var paired: Bool
+    var advertisement: AdvertisementBody
+
+    init(_ p: PeripheralInfo) {
+        id = p.id.description
+        address = p.id.description
+        addressType = p.addressType
+        name = p.name
+        rssi = p.rssi
+        lastSeen = p.lastSeen
+        state = p.state.name
+        paired = p.paired
+        advertisement = AdvertisementBody(p.advertisement)
+    }
+}
+
+struct DeviceList: Encodable { var devices: [DeviceBody] }
+
+// MARK: - Scanning
+
+struct ManufacturerDataFilterBody: Codable, KnownKeys {
+    var companyIdentifier: Int
+    var dataPrefix: String?
+    var mask: String?
+    static var keys: [String: KnownKeys.Type?] { ["companyIdentifier": nil, "dataPrefix": nil, "mask": nil] }
+}
+
+struct ServiceDataFilterBody: Codable, KnownKeys {
+    var service: String
+    var dataPrefix: String?
+    var mask: String?
+    static var keys: [String: KnownKeys.Type?] { ["service": nil, "dataPrefix": nil, "mask": nil] }
+}
+
+/// `POST /v1/scan`: every field optional.
+struct ScanRequest: Codable, KnownKeys {
+    var services: [String]?
+    var allowDuplicates: Bool?
+    var name: String?
+    var namePrefix: String?
+    var manufacturerData: [ManufacturerDataFilterBody]?
+    var serviceData: [ServiceDataFilterBody]?
+    var rssi: Int?
+    var active: Bool?
+    var timeout: Double?
+
+    static var keys: [String: KnownKeys.Type?] { [
+        "services": nil, "allowDuplicates": nil, "name": nil, "namePrefix": nil,
+        "manufacturerData": ManufacturerDataFilterBody.self, "serviceData": ServiceDataFilterBody.self,
+        "rssi": nil, "active": nil, "timeout": nil,
+    ] }
+
+    func options() throws(BLEError) -> ScanOptions {
+        var options = ScanOptions()
+        for (i, text) in (services ?? []).enumerated() {
+            options.services.append(try Parse.uuid(text, field: "services[\(i)]"))
+        }
+        options.allowDuplicates = allowDuplicates ?? false
+        options.name = name
+        options.namePrefix = namePrefix
+        for (i, f) in (manufacturerData ?? []).enumerated() {
+            guard let company = UInt16(exactly: f.companyIdentifier) else {
+                throw BLEError(.invalidParameters, "manufacturerData[\(i)].companyIdentifier must be 0...65535")
+            }
+            options.manufacturerData.append(ManufacturerDataFilter(
+                companyIdentifier: company,
+                dataPrefix: try Parse.hex(f.dataPrefix, field: "manufacturerData[\(i)].dataPrefix") ?? [],
+                mask: try Parse.hex(f.mask, field: "manufacturerData[\(i)].mask")))
+        }
+        for (i, f) in (serviceData ?? []).enumerated() {
+            options.serviceData.append(ServiceDataFilter(
+                service: try Parse.uuid(f.service, field: "serviceData[\(i)].service"),
+                dataPrefix: try Parse.hex(f.dataPrefix, field: "serviceData[\(i)].dataPrefix") ?? [],
+                mask: try Parse.hex(f.mask, field: "serviceData[\(i)].mask")))
+        }
+        options.rssi = rssi
+        options.active = active ?? true
+        options.timeout = timeout
+        return options
+    }
+
+    /// The options as a client sent them (for `GET /v1/scan`).
+    init(_ o: ScanOptions) {
+        services = o.services.map(\.uuidString)
+        allowDuplicates = o.allowDuplicates
+        name = o.name
+        namePrefix = o.namePrefix
+        manufacturerData = o.manufacturerData.map {
+            ManufacturerDataFilterBody(companyIdentifier: Int($0.companyIdentifier), dataPrefix: ValueFormat.hex.encode($0.dataPrefix),
+                                       mask: $0.mask.map { ValueFormat.hex.encode($0) })
+        }
+        serviceData = o.serviceData.map {
+            ServiceDataFilterBody(service: $0.service.uuidString, dataPrefix: ValueFormat.hex.encode($0.dataPrefix),
+                                  mask: $0.mask.map { ValueFormat.hex.encode($0) })
+        }
+        rssi = o.rssi
+        active = o.active
+        timeout = o.timeout
+    }
+}
+
+struct ScanStatusBody: Encodable {
+    var scanning: Bool
+    var filters: ScanRequest?
+    var startedAt: Date?
+    var stopsAt: Date?
+    var discovered: Int
+
+    init(_ s: ScanStatus) {
+        scanning = s.scanning
+        filters = s.options.map(ScanRequest.init)
+        startedAt = s.startedAt
+        stopsAt = s.stopsAt
+        discovered = s.discovered
+    }
+}
+
+/// Parsing of path and body values, each failure naming its field.
+enum Parse {
+    static func uuid(_ text: String, field: String) throws(BLEError) -> BluetoothUUID {
+        guard let uuid = BluetoothUUID(text) else {
+            throw BLEError(.invalidParameters, "\(field): \"\(text)\" is not a Bluetooth UUID (use 180d, 0x180D, 8 hex digits or the 128-bit form)")
+        }
+        return uuid
+    }
+
+    static func address(_ text: String) throws(BLEError) -> BluetoothAddress {
+        guard let address = BluetoothAddress(text) else {
+            throw BLEError(.invalidParameters, "\"\(text)\" is not a device id; use the address, AA:BB:CC:DD:EE:FF")
+        }
+        return address
+    }
+
+    static func hex(_ text: String?, field: String) throws(BLEError) -> [UInt8]? {
+        guard let text else { return nil }
+        do { return try ValueFormat.hex.decode(text) } catch {
+            throw BLEError(.invalidParameters, "\(field): \(error.message)")
+        }
+    }
+}

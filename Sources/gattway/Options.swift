@@ -1,0 +1,106 @@
+import Glibc
+
+/// Command-line and environment configuration.
+struct Options {
+    var host = "127.0.0.1"
+    var port: UInt16 = 8080
+    var adapter: String?
+    /// nil: use the system bus. Some(nil): simulate the built-in devices. Some(path): simulate a file.
+    var simulate: String??
+    var maxBodyBytes = 64 * 1024
+
+    static let usage = """
+    gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
+
+    Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]]
+
+    Options:
+      --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
+                           interfaces; port 0 picks a free port, printed at start)
+      --adapter hciN       the Bluetooth adapter to use (default: the first BlueZ lists);
+                           other adapters are left alone
+      --simulate [FILE]    no radio needed: start a private D-Bus daemon with gattway's BlueZ
+                           simulator on it and use that. FILE is a simulator configuration
+                           (JSON, see `gattway-sim --help`); without it, the built-in devices:
+                           a heart-rate monitor, an HM-10 style serial module, a device that
+                           needs pairing, an iBeacon and an Eddystone beacon.
+      --max-body BYTES     largest request body accepted (default 65536)
+      --help               this text
+      --version            the version
+
+    Environment:
+      DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
+      GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin")
+                                defaults for the options above; flags win
+
+    API: GET /v1/state, GET /v1/adapters, POST|GET|DELETE /v1/scan, GET /v1/devices,
+    GET /v1/devices/{id}. Errors are JSON with CoreBluetooth codes. See README.md and openapi.yaml.
+    """
+
+    enum ParseResult {
+        case run(Options)
+        case exit(code: Int32, message: String)
+    }
+
+    static func parse(_ arguments: [String], environment: (String) -> String?) -> ParseResult {
+        var options = Options()
+        do {
+            if let listen = environment("GATTWAY_LISTEN") { try options.setListen(listen) }
+            if let adapter = environment("GATTWAY_ADAPTER"), !adapter.isEmpty { options.adapter = adapter }
+            if let simulate = environment("GATTWAY_SIMULATE"), !simulate.isEmpty {
+                options.simulate = .some(simulate == "builtin" ? nil : simulate)
+            }
+            var rest = arguments[...]
+            while let argument = rest.popFirst() {
+                func value() throws -> String {
+                    guard let v = rest.popFirst() else { throw UsageError("\(argument) needs a value") }
+                    return v
+                }
+                switch argument {
+                case "--help", "-h": return .exit(code: 0, message: usage)
+                case "--version": return .exit(code: 0, message: "gattway \(gattwayVersion)")
+                case "--listen": try options.setListen(try value())
+                case "--adapter":
+                    let adapter = try value()
+                    guard adapter.hasPrefix("hci"), adapter.dropFirst(3).allSatisfy(\.isNumber), adapter.count > 3 else {
+                        throw UsageError("--adapter takes an adapter name such as hci0, not \"\(adapter)\"")
+                    }
+                    options.adapter = adapter
+                case "--simulate":
+                    if let next = rest.first, !next.hasPrefix("--") {
+                        rest.removeFirst()
+                        options.simulate = .some(next)
+                    } else {
+                        options.simulate = .some(nil)
+                    }
+                case "--max-body":
+                    guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
+                    options.maxBodyBytes = n
+                default:
+                    throw UsageError("unknown argument \"\(argument)\"")
+                }
+            }
+        } catch let error as UsageError {
+            return .exit(code: 2, message: "gattway: \(error.message)\nTry gattway --help.")
+        } catch {
+            return .exit(code: 2, message: "gattway: \(error)")
+        }
+        return .run(options)
+    }
+
+    private mutating func setListen(_ text: String) throws {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+            throw UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:8080, not \"\(text)\"")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw UsageError("--listen needs a host, e.g. 0.0.0.0:\(port)") }
+        self.host = host
+        self.port = port
+    }
+}
+
+struct UsageError: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}

@@ -1,0 +1,33 @@
+import BLE
+import DBus
+import Testing
+@testable import BlueZ
+
+@Suite struct DevicePropertiesTests {
+    @Test func advertisementFromDevice1() {
+        let props: [String: Value] = [
+            "Address": .string("F0:00:00:00:00:04"),
+            "Alias": .string("F0-00-00-00-00-04"),
+            "UUIDs": .strings(["0000180d-0000-1000-8000-00805f9b34fb"]),
+            "ManufacturerData": .dictionary(key: Signature("q")!, value: Signature("v")!, [.init(.uint16(0x004C), .variant(.bytes([2, 0x15])))]),
+            "ServiceData": .dictionary(key: Signature("s")!, value: Signature("v")!, [.init(.string("0000feaa-0000-1000-8000-00805f9b34fb"), .variant(.bytes([0x10])))]),
+            "TxPower": .int16(4),
+            "RSSI": .int16(-70),
+            "Connected": .bool(false),
+        ]
+        let info = DeviceProperties.peripheral(props, lastSeen: nil)
+        #expect(info?.id == BluetoothAddress("F0:00:00:00:00:04"))
+        #expect(info?.name == nil, "an alias that is only the address is no name")
+        #expect(info?.rssi == -70)
+        #expect(info?.advertisement.manufacturerData == [0x004C: [2, 0x15]])
+        #expect(info?.advertisement.serviceData == [BluetoothUUID("feaa")!: [0x10]])
+        #expect(info?.advertisement.serviceUUIDs == [BluetoothUUID("180d")!])
+        #expect(info?.advertisement.txPowerLevel == 4)
+        #expect(info?.state == .disconnected)
+    }
+
+    @Test func rssi127MeansUnknown() {
+        #expect(DeviceProperties.rssi(["RSSI": .int16(127)]) == nil)
+        #expect(DeviceProperties.rssi([:]) == nil)
+    }
+}

@@ -1,0 +1,58 @@
+import DBus
+import Testing
+@testable import BlueZ
+
+private let device = ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!
+
+private func added(_ path: ObjectPath, _ props: [(String, Value)], serial: UInt32) -> Message {
+    var m = Message.signal(path: .root, interface: Connection.objectManagerInterface, member: "InterfacesAdded", [
+        .objectPath(path),
+        .dictionary(key: Signature("s")!, value: Signature("a{sv}")!, [.init(.string("org.bluez.Device1"), .stringVariantDictionary(props))]),
+    ])
+    m.serial = serial
+    return m
+}
+
+private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated: [String] = [], serial: UInt32) -> Message {
+    var m = Message.signal(path: path, interface: Connection.propertiesInterface, member: "PropertiesChanged",
+                           [.string("org.bluez.Device1"), .stringVariantDictionary(props), .strings(invalidated)])
+    m.serial = serial
+    return m
+}
+
+@Suite struct ObjectTreeTests {
+    @Test func signalsUpdateTheMirror() {
+        let tree = ObjectTree()
+        tree.load([:], replySerial: 0)
+        tree.apply(added(device, [("Address", .string("F0:00:00:00:00:01")), ("RSSI", .int16(-60))], serial: 1))
+        tree.apply(changed(device, [("RSSI", .int16(-50))], serial: 2))
+        #expect(tree.properties(at: device, "org.bluez.Device1")?["RSSI"] == .int16(-50))
+        tree.apply(changed(device, [], invalidated: ["RSSI"], serial: 3))
+        #expect(tree.properties(at: device, "org.bluez.Device1")?["RSSI"] == nil)
+        var removed = Message.signal(path: .root, interface: Connection.objectManagerInterface, member: "InterfacesRemoved",
+                                     [.objectPath(device), .strings(["org.bluez.Device1"])])
+        removed.serial = 4
+        tree.apply(removed)
+        #expect(tree.interfaces(at: device) == nil)
+    }
+
+    @Test func signalsDuringLoadAreAppliedOnlyIfNewerThanTheSnapshot() {
+        let tree = ObjectTree()
+        tree.beginLoading()
+        // Sent before the GetManagedObjects reply (serial 10): already part of the snapshot.
+        tree.apply(changed(device, [("RSSI", .int16(-90))], serial: 9))
+        // Sent after it: must be applied on top.
+        tree.apply(changed(device, [("Name", .string("new"))], serial: 11))
+        tree.load([device: ["org.bluez.Device1": ["RSSI": .int16(-40), "Name": .string("old")]]], replySerial: 10)
+        let props = tree.properties(at: device, "org.bluez.Device1")
+        #expect(props?["RSSI"] == .int16(-40))
+        #expect(props?["Name"] == .string("new"))
+    }
+
+    @Test func propertiesOfUnknownObjectsAreIgnored() {
+        let tree = ObjectTree()
+        tree.load([:], replySerial: 0)
+        tree.apply(changed(device, [("RSSI", .int16(-50))], serial: 1))
+        #expect(tree.interfaces(at: device) == nil)
+    }
+}

@@ -1,0 +1,175 @@
+import BLE
+import FoundationEssentials
+import HTTPServer
+import Synchronization
+import Testing
+@testable import Gateway
+
+/// A central with fixed answers that records what the gateway asked of it.
+final class FakeCentral: Central {
+    let lastScan = Mutex<ScanOptions?>(nil)
+    let device = PeripheralInfo(
+        id: BluetoothAddress("F0:00:00:00:00:01")!, addressType: "public", name: "Sim Heart Rate", rssi: -55,
+        lastSeen: Date(timeIntervalSince1970: 1_800_000_000), state: .disconnected, paired: false,
+        advertisement: AdvertisementData(localName: "Sim Heart Rate", serviceUUIDs: [BluetoothUUID("180d")!],
+                                         manufacturerData: [0xFFFF: [0x48, 0x52]], serviceData: [BluetoothUUID("feaa")!: [0x10]],
+                                         txPowerLevel: 4))
+
+    func status() async -> ManagerStatus { ManagerStatus(state: .poweredOn, adapter: "hci0") }
+    func adapters() async throws(BLEError) -> [AdapterInfo] {
+        [AdapterInfo(id: "hci0", address: BluetoothAddress("00:AA:00:00:00:01"), name: "sim", alias: "sim", powered: true,
+                     discovering: false, selected: true)]
+    }
+    func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try options.validate()
+        lastScan.withLock { $0 = options }
+        return ScanStatus(scanning: true, options: options, startedAt: Date(), stopsAt: nil, discovered: 0)
+    }
+    func stopScan() async throws(BLEError) -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
+    func scanStatus() async -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
+    func peripherals() async -> [PeripheralInfo] { [device] }
+    func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        guard id == device.id else { throw BLEError(.unknownDevice, "no device \(id)") }
+        return device
+    }
+}
+
+struct Reply {
+    let status: Int
+    let json: [String: Any]
+    let response: Response
+}
+
+func call(_ router: Router, _ method: String, _ path: String, body: String = "") async throws -> Reply {
+    let response = await router.handle(Request(method: method, path: path, body: Array(body.utf8)))
+    let object = try JSONSerializationLite.object(response.body)
+    return Reply(status: response.status, json: object, response: response)
+}
+
+/// Enough JSON reading for assertions, via Codable.
+enum JSONSerializationLite {
+    static func object(_ bytes: [UInt8]) throws -> [String: Any] {
+        try (JSONDecoder().decode(Tree.self, from: Data(bytes)).value as? [String: Any]) ?? [:]
+    }
+    struct Tree: Decodable {
+        let value: Any
+        init(from decoder: Decoder) throws {
+            let c = try decoder.singleValueContainer()
+            if c.decodeNil() { value = NSNullLite() }
+            else if let b = try? c.decode(Bool.self) { value = b }
+            else if let i = try? c.decode(Int.self) { value = i }
+            else if let d = try? c.decode(Double.self) { value = d }
+            else if let s = try? c.decode(String.self) { value = s }
+            else if let a = try? c.decode([Tree].self) { value = a.map(\.value) }
+            else { value = try c.decode([String: Tree].self).mapValues(\.value) }
+        }
+    }
+    struct NSNullLite {}
+}
+
+extension Reply {
+    var error: [String: Any]? { json["error"] as? [String: Any] }
+}
+
+@Suite struct GatewayRouteTests {
+    let central = FakeCentral()
+    var router: Router { Gateway(central: central, version: "test").router() }
+
+    @Test func stateReportsNameAndAppleCode() async throws {
+        let reply = try await call(router, "GET", "/v1/state")
+        #expect(reply.status == 200)
+        #expect(reply.json["state"] as? String == "poweredOn")
+        #expect(reply.json["code"] as? Int == 5)
+        #expect(reply.response.header("content-type") == "application/json")
+    }
+
+    @Test func devicesUseCoreBluetoothKeys() async throws {
+        let reply = try await call(router, "GET", "/v1/devices/f0-00-00-00-00-01")
+        #expect(reply.status == 200)
+        #expect(reply.json["id"] as? String == "F0:00:00:00:00:01")
+        #expect(reply.json["state"] as? String == "disconnected")
+        #expect(reply.json["lastSeen"] as? String == "2027-01-15T08:00:00.000Z")
+        let adv = try #require(reply.json["advertisement"] as? [String: Any])
+        #expect(adv["localName"] as? String == "Sim Heart Rate")
+        #expect(adv["serviceUUIDs"] as? [String] == ["0000180d-0000-1000-8000-00805f9b34fb"])
+        #expect((adv["manufacturerData"] as? [String: String])?["65535"] == "4852")
+        #expect((adv["serviceData"] as? [String: String])?["0000feaa-0000-1000-8000-00805f9b34fb"] == "10")
+        #expect(adv["txPowerLevel"] as? Int == 4)
+    }
+
+    @Test func scanBodyBecomesOptions() async throws {
+        let reply = try await call(router, "POST", "/v1/scan", body: """
+            {"services": ["180D", "0xfeaa"], "namePrefix": "Sim", "rssi": -80, "timeout": 5, "allowDuplicates": true,
+             "manufacturerData": [{"companyIdentifier": 76, "dataPrefix": "0215", "mask": "ffff"}],
+             "serviceData": [{"service": "feaa", "dataPrefix": "10"}]}
+            """)
+        #expect(reply.status == 200)
+        let options = try #require(central.lastScan.withLock { $0 })
+        #expect(options.services == [BluetoothUUID("180d")!, BluetoothUUID("feaa")!])
+        #expect(options.namePrefix == "Sim")
+        #expect(options.rssi == -80)
+        #expect(options.timeout == 5)
+        #expect(options.allowDuplicates)
+        #expect(options.manufacturerData == [ManufacturerDataFilter(companyIdentifier: 76, dataPrefix: [2, 0x15], mask: [0xFF, 0xFF])])
+        #expect(options.serviceData == [ServiceDataFilter(service: BluetoothUUID("feaa")!, dataPrefix: [0x10])])
+        let filters = try #require(reply.json["filters"] as? [String: Any])
+        #expect(filters["services"] as? [String] == ["0000180d-0000-1000-8000-00805f9b34fb", "0000feaa-0000-1000-8000-00805f9b34fb"])
+    }
+
+    @Test func emptyScanBodyMeansNoFilters() async throws {
+        let reply = try await call(router, "POST", "/v1/scan")
+        #expect(reply.status == 200)
+        #expect(central.lastScan.withLock { $0 } == ScanOptions())
+    }
+
+    /// Bad input: a clear 4xx in the documented shape.
+    @Test("bad requests are 4xx with a CoreBluetooth error", arguments: [
+        ("POST", "/v1/scan", "{not json", 400, "not valid JSON"),
+        ("POST", "/v1/scan", "[1,2]", 400, "must be a JSON object"),
+        ("POST", "/v1/scan", #"{"service": ["180d"]}"#, 400, "unknown field \"service\""),
+        ("POST", "/v1/scan", #"{"services": ["xyz"]}"#, 400, "not a Bluetooth UUID"),
+        ("POST", "/v1/scan", #"{"services": "180d"}"#, 400, "services"),
+        ("POST", "/v1/scan", #"{"timeout": -1}"#, 400, "timeout"),
+        ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 70000}]}"#, 400, "companyIdentifier"),
+        ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "dataPrefix": "zz"}]}"#, 400, "dataPrefix"),
+        ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "mask": "ff"}]}"#, 400, "mask"),
+        ("POST", "/v1/scan", #"{"serviceData": [{"service": "feaa", "extra": 1}]}"#, 400, "serviceData[0].extra"),
+        ("GET", "/v1/devices/not-an-address", "", 400, "not a device id"),
+        ("GET", "/v1/devices/AA:BB:CC:DD:EE:FF", "", 404, "no device"),
+    ])
+    func badInput(method: String, path: String, body: String, status: Int, text: String) async throws {
+        let reply = try await call(router, method, path, body: body)
+        #expect(reply.status == status)
+        let error = try #require(reply.error)
+        #expect(error["domain"] as? String == "CBErrorDomain")
+        #expect((error["message"] as? String)?.contains(text) == true, "\(error["message"] ?? "")")
+        #expect(error["code"] as? Int == (status == 404 ? 12 : 1))
+        #expect(error["name"] as? String == (status == 404 ? "unknownDevice" : "invalidParameters"))
+    }
+
+    @Test func unknownRouteAndWrongMethod() async throws {
+        let notFound = try await call(router, "GET", "/v1/nothing")
+        #expect(notFound.status == 404)
+        #expect(notFound.error?["name"] as? String == "operationNotSupported")
+        let wrongMethod = try await call(router, "PUT", "/v1/scan")
+        #expect(wrongMethod.status == 405)
+        #expect(wrongMethod.response.header("allow")?.contains("POST") == true)
+    }
+}
+
+@Suite struct HTTPStatusTableTests {
+    @Test("each CoreBluetooth code has its status", arguments: [
+        (BLEError.Code.cb(.invalidParameters), 400), (.cb(.unknownDevice), 404), (.cb(.connectionTimeout), 504),
+        (.cb(.connectionFailed), 502), (.cb(.connectionLimitReached), 503), (.cb(.notConnected), 409),
+        (.att(.readNotPermitted), 403), (.att(.writeNotPermitted), 403), (.att(.insufficientAuthentication), 403),
+        (.att(.invalidOffset), 400), (.att(.unlikelyError), 502), (.att(ATTErrorCode(rawValue: 0x80)), 502),
+    ])
+    func statuses(code: BLEError.Code, status: Int) {
+        let error: BLEError
+        switch code {
+        case .cb(let c): error = BLEError(c, "x")
+        case .att(let a): error = BLEError(att: a, "x")
+        }
+        #expect(HTTPStatus.of(error) == status)
+    }
+}
