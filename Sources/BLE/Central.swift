@@ -49,9 +49,12 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var state: PeripheralState
     public var paired: Bool
     public var advertisement: AdvertisementData
+    /// The ATT MTU of the connection, while connected (BlueZ's `MTU` property).
+    public var mtu: Int?
 
     public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
-                state: PeripheralState, paired: Bool, advertisement: AdvertisementData) {
+                state: PeripheralState, paired: Bool, advertisement: AdvertisementData, mtu: Int? = nil) {
+        self.mtu = mtu
         self.id = id
         self.addressType = addressType
         self.name = name
@@ -99,4 +102,31 @@ public protocol Central: Sendable {
     func peripherals() async -> [PeripheralInfo]
     /// A peripheral the adapter knows, or `unknownDevice`.
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
+
+    /// Connects and resolves the services, within `timeout` (then `connectionTimeout`).
+    func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo
+    func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
+
+    /// The resolved GATT tree of a connected peripheral, in handle order.
+    func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService]
+    func readValue(_ id: BluetoothAddress, characteristic: UInt16, offset: Int) async throws(BLEError) -> [UInt8]
+    func writeValue(_ id: BluetoothAddress, characteristic: UInt16, _ value: [UInt8], type: WriteType) async throws(BLEError)
+    func readDescriptor(_ id: BluetoothAddress, descriptor: UInt16, offset: Int) async throws(BLEError) -> [UInt8]
+    func writeDescriptor(_ id: BluetoothAddress, descriptor: UInt16, _ value: [UInt8]) async throws(BLEError)
+    /// `setNotifyValue(_:for:)`: returns whether the characteristic now notifies.
+    func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool
+}
+
+public enum WriteType: Sendable, Hashable {
+    case withResponse
+    case withoutResponse
+
+    /// `maximumWriteValueLength(for:)`: a write with response may be long (BlueZ does prepared
+    /// writes up to the 512-byte attribute limit); one without response must fit one packet.
+    public func maximumWriteValueLength(mtu: Int?) -> Int {
+        switch self {
+        case .withResponse: return 512
+        case .withoutResponse: return max((mtu ?? 23) - 3, 20)
+        }
+    }
 }

@@ -6,13 +6,17 @@ import Synchronization
 /// The `Central` on BlueZ: a mirror of org.bluez's objects kept current by signals, and
 /// method calls with deadlines for everything that acts.
 public final class BlueZCentral: Central {
-    private let connection: Connection
+    let connection: Connection
     /// "hci0" when the user chose one; otherwise the first adapter BlueZ lists.
     private let adapterName: String?
-    private let log: @Sendable (String) -> Void
-    private let tree = ObjectTree()
+    let log: @Sendable (String) -> Void
+    let tree = ObjectTree()
     private let bus = Mutex<BusState>(.starting)
     private let scan = Mutex(ScanState())
+    let queues = DeviceQueues()
+    let waiters = Waiters()
+    /// Devices being connected or disconnected right now.
+    let transitions = Mutex<[BluetoothAddress: PeripheralState]>([:])
 
     /// How long a discovery call may take before it counts as failed.
     static let callDeadline: Duration = .seconds(10)
@@ -77,7 +81,7 @@ public final class BlueZCentral: Central {
         await reload()
     }
 
-    private func reload() async {
+    func reload() async {
         tree.beginLoading()
         do {
             let reply = try await connection.call(.methodCall(destination: BlueZ.service, path: .root,
@@ -102,7 +106,7 @@ public final class BlueZCentral: Central {
     // MARK: - Adapter
 
     /// The adapter in use: the chosen one, or the first BlueZ lists.
-    private func adapterPath() -> ObjectPath? {
+    func adapterPath() -> ObjectPath? {
         let adapters = tree.objects(with: BlueZ.adapterInterface, under: ObjectPath(trusted: "/org/bluez"))
         if let adapterName {
             return adapters.first { $0.0.lastElement == adapterName }?.0
@@ -145,7 +149,7 @@ public final class BlueZCentral: Central {
     }
 
     /// The adapter's path, or the error a request gets while Bluetooth is not usable.
-    private func usableAdapter() async throws(BLEError) -> ObjectPath {
+    func usableAdapter() async throws(BLEError) -> ObjectPath {
         let status = await status()
         guard status.state == .poweredOn, let path = adapterPath() else {
             throw BLEError(.unknown, "Bluetooth is \(status.state.name)" + (status.reason.map { ": \($0)" } ?? ""))
@@ -234,8 +238,14 @@ public final class BlueZCentral: Central {
         return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
     }
 
-    /// A device that advertised (or changed) during a scan joins its results if it matches.
+    /// A device that advertised (or changed) during a scan joins its results if it matches;
+    /// whoever waits for a device's state hears of the change.
     private func treeChanged(_ change: ObjectTree.Change) {
+        switch change {
+        case .reloaded: waiters.check { self.tree.properties(at: $0, BlueZ.deviceInterface) }
+        case .added(let p, _), .removed(let p, _), .properties(let p, _, _, _):
+            waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
+        }
         let path: ObjectPath
         switch change {
         case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil: path = p
@@ -261,19 +271,38 @@ public final class BlueZCentral: Central {
     public func peripherals() async -> [PeripheralInfo] {
         guard let adapter = adapterPath() else { return [] }
         let seen = scan.withLock { $0.seen }
+        let moving = transitions.withLock { $0 }
         return tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
             guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
-            guard seen[address] != nil || props["Connected"]?.bool == true else { return nil }
-            return DeviceProperties.peripheral(props, lastSeen: seen[address])
+            guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil else { return nil }
+            return info(path, props, lastSeen: seen[address], transition: moving[address])
         }.sorted { $0.id < $1.id }
     }
 
     public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
-        guard let adapter = adapterPath(), let path = adapter.child(id.bluezPathComponent),
-              let props = tree.properties(at: path, BlueZ.deviceInterface),
-              let info = DeviceProperties.peripheral(props, lastSeen: scan.withLock({ $0.seen[id] })) else {
+        let path = try devicePath(id)
+        guard let props = tree.properties(at: path, BlueZ.deviceInterface),
+              let info = info(path, props, lastSeen: scan.withLock({ $0.seen[id] }), transition: transitions.withLock({ $0[id] })) else {
             throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
         }
         return info
+    }
+
+    private func info(_ path: ObjectPath, _ props: [String: Value], lastSeen: Date?, transition: PeripheralState?) -> PeripheralInfo? {
+        guard var info = DeviceProperties.peripheral(props, lastSeen: lastSeen) else { return nil }
+        if let transition { info.state = transition }
+        if info.state == .connected {
+            info.mtu = tree.objects(with: BlueZ.gattCharacteristicInterface, under: path).lazy.compactMap { $0.1["MTU"]?.integer }.first
+        }
+        return info
+    }
+
+    /// The D-Bus path of a device the adapter knows, or `unknownDevice`.
+    func devicePath(_ id: BluetoothAddress) throws(BLEError) -> ObjectPath {
+        guard let adapter = adapterPath(), let path = adapter.child(id.bluezPathComponent),
+              tree.properties(at: path, BlueZ.deviceInterface) != nil else {
+            throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+        }
+        return path
     }
 }

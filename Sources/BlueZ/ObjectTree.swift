@@ -67,6 +67,17 @@ final class ObjectTree: Sendable {
         if let change { observer(change) }
     }
 
+    /// Merges properties read with `GetAll` (BlueZ does not always signal a change, e.g. the
+    /// Connected=true after Connect; FIELD-NOTES).
+    func refresh(_ path: ObjectPath, _ interface: String, _ props: [String: Value]) {
+        let change = state.withLock { s -> Change? in
+            guard s.objects[path] != nil else { return nil }
+            s.objects[path]?[interface, default: [:]].merge(props) { _, new in new }
+            return .properties(path, interface: interface, changed: props, invalidated: [])
+        }
+        if let change { observer(change) }
+    }
+
     func interfaces(at path: ObjectPath) -> Interfaces? { state.withLock { $0.objects[path] } }
 
     func properties(at path: ObjectPath, _ interface: String) -> [String: Value]? {

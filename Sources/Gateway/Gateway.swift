@@ -3,7 +3,7 @@ import HTTPServer
 
 /// The REST API over a `Central`: routes, request parsing and response shapes.
 public final class Gateway: Sendable {
-    private let central: Central
+    let central: Central
     public let version: String
 
     public init(central: Central, version: String) {
@@ -29,11 +29,12 @@ public final class Gateway: Sendable {
         router.add("GET", "/v1/devices/{id}", handle { request in
             DeviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
         })
+        addGATTRoutes(to: router)
         return router
     }
 
     /// A route handler that answers 200 with `T` as JSON, or the error in the documented shape.
-    private func handle<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
+    func handle<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
         return { request in
             do {
                 return .json(200, JSON.encode(try await body(request)))

@@ -69,8 +69,15 @@ struct DeviceBody: Encodable {
     var state: String
     var paired: Bool
     var advertisement: AdvertisementBody
+    /// While connected: the ATT MTU and `maximumWriteValueLength` for both write types.
+    var mtu: Int?
+    var maximumWriteValueLength: WriteLengths?
 
     init(_ p: PeripheralInfo) {
+        if p.state == .connected {
+            mtu = p.mtu
+            maximumWriteValueLength = WriteLengths(mtu: p.mtu)
+        }
         id = p.id.description
         address = p.id.description
         addressType = p.addressType
@@ -206,4 +213,122 @@ enum Parse {
             throw BLEError(.invalidParameters, "\(field): \(error.message)")
         }
     }
+}
+
+// MARK: - GATT
+
+/// Handles print as "0x0027", the form the API accepts back.
+func handleText(_ handle: UInt16) -> String { AttributeSelector.format(handle) }
+
+struct DescriptorBody: Encodable {
+    var handle: String
+    var uuid: String
+    var name: String?
+
+    init(_ d: GATTDescriptor) {
+        handle = handleText(d.handle)
+        uuid = d.uuid.uuidString
+        name = d.uuid.name
+    }
+}
+
+struct CharacteristicBody: Encodable {
+    var handle: String
+    var uuid: String
+    var name: String?
+    var service: String
+    /// CoreBluetooth's `CBCharacteristicProperties` names.
+    var properties: [String]
+    /// BlueZ's flags as they are, permissions included ("encrypt-read", ...).
+    var flags: [String]
+    var isNotifying: Bool
+    var descriptors: [DescriptorBody]?
+
+    init(_ c: GATTCharacteristic, withDescriptors: Bool) {
+        handle = handleText(c.handle)
+        uuid = c.uuid.uuidString
+        name = c.uuid.name
+        service = handleText(c.serviceHandle)
+        properties = c.properties.names
+        flags = c.flags
+        isNotifying = c.isNotifying
+        descriptors = withDescriptors ? c.descriptors.map(DescriptorBody.init) : nil
+    }
+}
+
+struct ServiceBody: Encodable {
+    var handle: String
+    var uuid: String
+    var name: String?
+    var isPrimary: Bool
+    var characteristics: [CharacteristicBody]?
+
+    init(_ s: GATTService, withCharacteristics: Bool) {
+        handle = handleText(s.handle)
+        uuid = s.uuid.uuidString
+        name = s.uuid.name
+        isPrimary = s.isPrimary
+        characteristics = withCharacteristics ? s.characteristics.map { CharacteristicBody($0, withDescriptors: true) } : nil
+    }
+}
+
+struct ServiceList: Encodable { var services: [ServiceBody] }
+struct CharacteristicList: Encodable { var characteristics: [CharacteristicBody] }
+struct DescriptorList: Encodable { var descriptors: [DescriptorBody] }
+
+/// The whole resolved tree of a connected device.
+struct GATTBody: Encodable {
+    var device: String
+    var mtu: Int?
+    var maximumWriteValueLength: WriteLengths
+    var services: [ServiceBody]
+}
+
+/// `maximumWriteValueLength(for:)` for both write types.
+struct WriteLengths: Encodable {
+    var withResponse: Int
+    var withoutResponse: Int
+
+    init(mtu: Int?) {
+        withResponse = WriteType.withResponse.maximumWriteValueLength(mtu: mtu)
+        withoutResponse = WriteType.withoutResponse.maximumWriteValueLength(mtu: mtu)
+    }
+}
+
+struct ConnectRequest: Codable, KnownKeys {
+    var timeout: Double?
+    static var keys: [String: KnownKeys.Type?] { ["timeout": nil] }
+}
+
+struct ValueBody: Encodable {
+    var handle: String
+    var uuid: String
+    var value: String
+    var format: String
+    var length: Int
+}
+
+struct WriteRequest: Codable, KnownKeys {
+    var value: String
+    var format: String?
+    var withResponse: Bool?
+    /// Without response, split a value longer than maximumWriteValueLength into MTU-sized
+    /// writes (default) or refuse it (false).
+    var fragment: Bool?
+    static var keys: [String: KnownKeys.Type?] { ["value": nil, "format": nil, "withResponse": nil, "fragment": nil] }
+}
+
+struct WriteResult: Encodable {
+    var handle: String
+    var uuid: String
+    var written: Int
+    var withResponse: Bool
+    /// How many ATT writes carried the value (more than one when fragmented without response).
+    var writes: Int
+}
+
+struct NotifyState: Encodable {
+    var handle: String
+    var uuid: String
+    var isNotifying: Bool
 }

@@ -30,8 +30,43 @@ final class FakeCentral: Central {
     func peripherals() async -> [PeripheralInfo] { [device] }
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
         guard id == device.id else { throw BLEError(.unknownDevice, "no device \(id)") }
-        return device
+        var connected = device
+        connected.state = .connected
+        connected.mtu = 185
+        return connected
     }
+
+    // A connected device with two 0x180A services (as real devices have) and a serial characteristic.
+    let tree: [GATTService] = [
+        GATTService(handle: 0x0010, uuid: BluetoothUUID("180a")!, isPrimary: true, characteristics: [
+            GATTCharacteristic(handle: 0x0012, uuid: BluetoothUUID("2a29")!, serviceHandle: 0x0010, properties: [.read], flags: ["read"], isNotifying: false, descriptors: []),
+        ]),
+        GATTService(handle: 0x0020, uuid: BluetoothUUID("180a")!, isPrimary: true, characteristics: [
+            GATTCharacteristic(handle: 0x0022, uuid: BluetoothUUID("2a29")!, serviceHandle: 0x0020, properties: [.read], flags: ["read"], isNotifying: false, descriptors: []),
+        ]),
+        GATTService(handle: 0x0030, uuid: BluetoothUUID("ffe0")!, isPrimary: true, characteristics: [
+            GATTCharacteristic(handle: 0x0032, uuid: BluetoothUUID("ffe1")!, serviceHandle: 0x0030,
+                               properties: [.read, .write, .writeWithoutResponse, .notify], flags: ["read", "write", "write-without-response", "notify"],
+                               isNotifying: false, descriptors: [GATTDescriptor(handle: 0x0034, uuid: BluetoothUUID("2902")!)]),
+        ]),
+    ]
+    let writes = Mutex<[(UInt16, [UInt8], WriteType)]>([])
+
+    func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo { try await peripheral(id) }
+    func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { device }
+    func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService] {
+        _ = try await peripheral(id)
+        return tree
+    }
+    func readValue(_ id: BluetoothAddress, characteristic: UInt16, offset: Int) async throws(BLEError) -> [UInt8] {
+        Array("hi \(characteristic)".utf8)
+    }
+    func writeValue(_ id: BluetoothAddress, characteristic: UInt16, _ value: [UInt8], type: WriteType) async throws(BLEError) {
+        writes.withLock { $0.append((characteristic, value, type)) }
+    }
+    func readDescriptor(_ id: BluetoothAddress, descriptor: UInt16, offset: Int) async throws(BLEError) -> [UInt8] { [1, 0] }
+    func writeDescriptor(_ id: BluetoothAddress, descriptor: UInt16, _ value: [UInt8]) async throws(BLEError) {}
+    func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool { enabled }
 }
 
 struct Reply {
@@ -171,5 +206,82 @@ extension Reply {
         case .att(let a): error = BLEError(att: a, "x")
         }
         #expect(HTTPStatus.of(error) == status)
+    }
+}
+
+@Suite struct GATTRouteTests {
+    let central = FakeCentral()
+    var router: Router { Gateway(central: central, version: "test").router() }
+    let dev = "/v1/devices/F0:00:00:00:00:01"
+
+    @Test func servicesFilteredByUUID() async throws {
+        let all = try await call(router, "GET", dev + "/services")
+        #expect((all.json["services"] as? [[String: Any]])?.count == 3)
+        let filtered = try await call(router, "GET", dev + "/services?uuids=ffe0")
+        let services = try #require(filtered.json["services"] as? [[String: Any]])
+        #expect(services.map { $0["handle"] as? String } == ["0x0030"])
+        #expect(services.first?["uuid"] as? String == "0000ffe0-0000-1000-8000-00805f9b34fb")
+    }
+
+    @Test func ambiguousUUIDListsHandles() async throws {
+        let reply = try await call(router, "GET", dev + "/services/180a")
+        #expect(reply.status == 400)
+        let message = try #require(reply.error?["message"] as? String)
+        #expect(message.contains("0x0010") && message.contains("0x0020"), "\(message)")
+        let char = try await call(router, "GET", dev + "/characteristics/2a29/value")
+        #expect(char.status == 400)
+        #expect((char.error?["message"] as? String)?.contains("0x0012, 0x0022") == true)
+        // A handle, or the service scope, resolves it.
+        #expect(try await call(router, "GET", dev + "/services/0x0020/characteristics/2a29/value").status == 200)
+        #expect(try await call(router, "GET", dev + "/characteristics/0x0012/value").status == 200)
+    }
+
+    @Test func readFormats() async throws {
+        let hex = try await call(router, "GET", dev + "/characteristics/ffe1/value")
+        #expect(hex.json["value"] as? String == "6869203530")
+        #expect(hex.json["format"] as? String == "hex")
+        let utf8 = try await call(router, "GET", dev + "/characteristics/ffe1/value?format=utf8")
+        #expect(utf8.json["value"] as? String == "hi 50")
+        let b64 = try await call(router, "GET", dev + "/characteristics/ffe1/value?format=base64")
+        #expect(b64.json["value"] as? String == "aGkgNTA=")
+        #expect(try await call(router, "GET", dev + "/characteristics/ffe1/value?format=octal").status == 400)
+        #expect(try await call(router, "GET", dev + "/characteristics/ffe1/value?offset=-1").status == 400)
+    }
+
+    @Test func writesAndFragmentation() async throws {
+        let ok = try await call(router, "PUT", dev + "/characteristics/ffe1/value", body: #"{"value": "hello", "format": "utf8", "withResponse": false}"#)
+        #expect(ok.status == 200)
+        #expect(central.writes.withLock { $0.last?.1 } == Array("hello".utf8))
+        #expect(central.writes.withLock { $0.last?.2 } == .withoutResponse)
+        let long = String(repeating: "ab", count: 400)  // 400 bytes > MTU 185 - 3
+        let fragmented = try await call(router, "PUT", dev + "/characteristics/ffe1/value", body: "{\"value\": \"\(long)\", \"withResponse\": false}")
+        #expect(fragmented.status == 200)
+        #expect(fragmented.json["writes"] as? Int == 3)
+        let refused = try await call(router, "PUT", dev + "/characteristics/ffe1/value", body: "{\"value\": \"\(long)\", \"withResponse\": false, \"fragment\": false}")
+        #expect(refused.status == 400)
+        #expect(refused.error?["domain"] as? String == "CBATTErrorDomain")
+        #expect(refused.error?["code"] as? Int == 13)
+        #expect(try await call(router, "PUT", dev + "/characteristics/ffe1/value", body: #"{"value": "zz"}"#).status == 400)
+        #expect(try await call(router, "PUT", dev + "/characteristics/ffe1/value", body: #"{}"#).status == 400)
+    }
+
+    @Test func gattTreeHasMaximumWriteLengths() async throws {
+        let reply = try await call(router, "GET", dev + "/gatt")
+        #expect(reply.json["mtu"] as? Int == 185)
+        let lengths = try #require(reply.json["maximumWriteValueLength"] as? [String: Any])
+        #expect(lengths["withoutResponse"] as? Int == 182)
+        #expect(lengths["withResponse"] as? Int == 512)
+        let services = try #require(reply.json["services"] as? [[String: Any]])
+        let serial = try #require((services.last?["characteristics"] as? [[String: Any]])?.first)
+        #expect(serial["properties"] as? [String] == ["read", "writeWithoutResponse", "write", "notify"])
+        #expect((serial["descriptors"] as? [[String: Any]])?.first?["handle"] as? String == "0x0034")
+    }
+
+    @Test func badSelectors() async throws {
+        let reply = try await call(router, "GET", dev + "/characteristics/nope/value")
+        #expect(reply.status == 400)
+        let missing = try await call(router, "GET", dev + "/characteristics/0x0099/value")
+        #expect(missing.status == 404)
+        #expect(missing.error?["name"] as? String == "invalidHandle")
     }
 }

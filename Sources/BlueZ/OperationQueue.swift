@@ -1,0 +1,66 @@
+import BLE
+import Synchronization
+
+/// Serialises the operations on one device: BlueZ answers `InProgress` to a second GATT
+/// operation while one runs, and clients should never see that. Bounded: past `limit`
+/// waiting operations a new one is refused at once.
+final class DeviceQueues: Sendable {
+    private let queues = Mutex<[BluetoothAddress: Queue]>([:])
+    let limit: Int
+
+    init(limit: Int = 32) { self.limit = limit }
+
+    private final class Queue: Sendable {
+        struct State {
+            var busy = false
+            var waiting: [CheckedContinuation<Void, Never>] = []
+        }
+        let state = Mutex(State())
+    }
+
+    /// Runs `body` when the device's earlier operations are done.
+    func run<T: Sendable>(_ id: BluetoothAddress, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
+        let queue = queues.withLock { queues -> Queue in
+            if let existing = queues[id] { return existing }
+            let created = Queue()
+            queues[id] = created
+            return created
+        }
+        let admitted = await enter(queue)
+        guard admitted else {
+            throw BLEError(.outOfSpace, "\(limit) operations are already waiting for device \(id); retry later")
+        }
+        defer { leave(queue) }
+        return try await body()
+    }
+
+    private func enter(_ queue: Queue) async -> Bool {
+        enum Decision { case run, wait, refuse }
+        let decision = queue.state.withLock { s -> Decision in
+            if !s.busy { s.busy = true; return .run }
+            return s.waiting.count >= limit ? .refuse : .wait
+        }
+        switch decision {
+        case .run: return true
+        case .refuse: return false
+        case .wait:
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let runNow = queue.state.withLock { s -> Bool in
+                    if !s.busy { s.busy = true; return true }
+                    s.waiting.append(continuation)
+                    return false
+                }
+                if runNow { continuation.resume() }
+            }
+            return true
+        }
+    }
+
+    private func leave(_ queue: Queue) {
+        let next = queue.state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if s.waiting.isEmpty { s.busy = false; return nil }
+            return s.waiting.removeFirst()  // stays busy: handed over
+        }
+        next?.resume()
+    }
+}

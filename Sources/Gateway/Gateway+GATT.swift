@@ -1,0 +1,191 @@
+import BLE
+import HTTPServer
+
+/// Connecting, discovery and attribute values: `/v1/devices/{id}/...`.
+extension Gateway {
+    static let defaultConnectTimeout = 30.0
+    static let maximumConnectTimeout = 300.0
+
+    func addGATTRoutes(to router: Router) {
+        let device = "/v1/devices/{id}"
+        router.add("POST", device + "/connect", handle { request in
+            let id = try Self.deviceID(request)
+            let body = try JSON.decode(ConnectRequest.self, from: request.body)
+            let timeout = body.timeout ?? Self.defaultConnectTimeout
+            guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
+                throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
+            }
+            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000))))
+        })
+        router.add("POST", device + "/disconnect", handle { request in
+            DeviceBody(try await self.central.disconnect(try Self.deviceID(request)))
+        })
+        router.add("GET", device + "/gatt", handle { request in
+            let id = try Self.deviceID(request)
+            let services = try await self.central.services(id)
+            let mtu = try await self.central.peripheral(id).mtu
+            return GATTBody(device: id.description, mtu: mtu, maximumWriteValueLength: WriteLengths(mtu: mtu),
+                            services: services.map { ServiceBody($0, withCharacteristics: true) })
+        })
+        router.add("GET", device + "/services", handle { request in
+            let filter = try Self.uuidFilter(request)
+            let services = try await self.central.services(try Self.deviceID(request))
+            return ServiceList(services: services.filter { filter?.contains($0.uuid) ?? true }.map { ServiceBody($0, withCharacteristics: false) })
+        })
+        router.add("GET", device + "/services/{service}", handle { request in
+            ServiceBody(try await self.service(request), withCharacteristics: true)
+        })
+        router.add("GET", device + "/services/{service}/characteristics", handle { request in
+            let filter = try Self.uuidFilter(request)
+            let characteristics = try await self.service(request).characteristics.filter { filter?.contains($0.uuid) ?? true }
+            return CharacteristicList(characteristics: characteristics.map { CharacteristicBody($0, withDescriptors: false) })
+        })
+        router.add("GET", device + "/characteristics", handle { request in
+            let filter = try Self.uuidFilter(request)
+            let all = try await self.central.services(try Self.deviceID(request)).flatMap(\.characteristics)
+            return CharacteristicList(characteristics: all.filter { filter?.contains($0.uuid) ?? true }.map { CharacteristicBody($0, withDescriptors: false) })
+        })
+
+        // Characteristic routes exist device-wide and scoped to a service.
+        for scope in [device, device + "/services/{service}"] {
+            let characteristic = scope + "/characteristics/{char}"
+            router.add("GET", characteristic, handle { request in
+                CharacteristicBody(try await self.characteristic(request), withDescriptors: true)
+            })
+            router.add("GET", characteristic + "/descriptors", handle { request in
+                DescriptorList(descriptors: try await self.characteristic(request).descriptors.map(DescriptorBody.init))
+            })
+            router.add("GET", characteristic + "/value", handle { request in
+                let c = try await self.characteristic(request)
+                let format = try Self.format(request.query["format"])
+                let value = try await self.central.readValue(try Self.deviceID(request), characteristic: c.handle, offset: try Self.offset(request))
+                return ValueBody(handle: handleText(c.handle), uuid: c.uuid.uuidString, value: format.encode(value),
+                                 format: format.rawValue, length: value.count)
+            })
+            router.add("PUT", characteristic + "/value", handle { request in
+                let id = try Self.deviceID(request)
+                let c = try await self.characteristic(request)
+                let body = try JSON.decode(WriteRequest.self, from: request.body)
+                let value = try Self.format(body.format).decode(body.value)
+                let type: WriteType = (body.withResponse ?? true) ? .withResponse : .withoutResponse
+                let limit = type.maximumWriteValueLength(mtu: try await self.central.peripheral(id).mtu)
+                if value.count > limit && (type == .withResponse || body.fragment == false) {
+                    throw BLEError(att: .invalidAttributeValueLength,
+                                   "the value is \(value.count) bytes; at most \(limit) can be written \(type == .withResponse ? "with response" : "without response in one packet (send \"fragment\": true to split it)")")
+                }
+                try await self.central.writeValue(id, characteristic: c.handle, value, type: type)
+                return WriteResult(handle: handleText(c.handle), uuid: c.uuid.uuidString, written: value.count,
+                                   withResponse: type == .withResponse, writes: type == .withResponse ? 1 : max(1, (value.count + limit - 1) / limit))
+            })
+            router.add("POST", characteristic + "/notifications", handle { request in
+                try await self.setNotify(true, request)
+            })
+            router.add("DELETE", characteristic + "/notifications", handle { request in
+                try await self.setNotify(false, request)
+            })
+            router.add("GET", characteristic + "/descriptors/{desc}/value", handle { request in
+                let c = try await self.characteristic(request)
+                let d = try Self.selector(request, "desc").pick(c.descriptors, kind: "descriptor", handle: \.handle, uuid: \.uuid)
+                return try await self.readDescriptor(request, d)
+            })
+            router.add("PUT", characteristic + "/descriptors/{desc}/value", handle { request in
+                let c = try await self.characteristic(request)
+                let d = try Self.selector(request, "desc").pick(c.descriptors, kind: "descriptor", handle: \.handle, uuid: \.uuid)
+                return try await self.writeDescriptor(request, d)
+            })
+        }
+        router.add("GET", device + "/descriptors/{desc}/value", handle { request in
+            try await self.readDescriptor(request, try await self.descriptor(request))
+        })
+        router.add("PUT", device + "/descriptors/{desc}/value", handle { request in
+            try await self.writeDescriptor(request, try await self.descriptor(request))
+        })
+    }
+
+    // MARK: - Resolving selectors
+
+    static func deviceID(_ request: Request) throws(BLEError) -> BluetoothAddress {
+        try Parse.address(request.pathParameters["id"] ?? "")
+    }
+
+    static func selector(_ request: Request, _ name: String) throws(BLEError) -> AttributeSelector {
+        let text = request.pathParameters[name] ?? ""
+        guard let selector = AttributeSelector(text) else {
+            throw BLEError(.invalidParameters, "\"\(text)\" is neither a handle (0x0027) nor a UUID (2a19, or the 128-bit form)")
+        }
+        return selector
+    }
+
+    private func service(_ request: Request) async throws(BLEError) -> GATTService {
+        let services = try await central.services(try Self.deviceID(request))
+        return try Self.selector(request, "service").pick(services, kind: "service", handle: \.handle, uuid: \.uuid)
+    }
+
+    /// The characteristic `{char}` names: within `{service}` when the route has one, else on the whole device.
+    private func characteristic(_ request: Request) async throws(BLEError) -> GATTCharacteristic {
+        let candidates = request.pathParameters["service"] == nil
+            ? try await central.services(try Self.deviceID(request)).flatMap(\.characteristics)
+            : try await service(request).characteristics
+        return try Self.selector(request, "char").pick(candidates, kind: "characteristic", handle: \.handle, uuid: \.uuid)
+    }
+
+    private func descriptor(_ request: Request) async throws(BLEError) -> GATTDescriptor {
+        let all = try await central.services(try Self.deviceID(request)).flatMap(\.characteristics).flatMap(\.descriptors)
+        return try Self.selector(request, "desc").pick(all, kind: "descriptor", handle: \.handle, uuid: \.uuid)
+    }
+
+    /// `?uuids=180d,180f` (or the key repeated): nil when absent.
+    static func uuidFilter(_ request: Request) throws(BLEError) -> Set<BluetoothUUID>? {
+        let texts = request.queryItems.filter { $0.name == "uuids" }.flatMap { $0.value.split(separator: ",") }
+        guard request.queryItems.contains(where: { $0.name == "uuids" }) else { return nil }
+        var set = Set<BluetoothUUID>()
+        for text in texts { set.insert(try Parse.uuid(String(text).trimmingSpaces, field: "uuids")) }
+        return set
+    }
+
+    static func format(_ text: String?) throws(BLEError) -> ValueFormat {
+        guard let text else { return .hex }
+        guard let format = ValueFormat(rawValue: text) else {
+            throw BLEError(.invalidParameters, "format must be hex, base64 or utf8, not \"\(text)\"")
+        }
+        return format
+    }
+
+    static func offset(_ request: Request) throws(BLEError) -> Int {
+        guard let text = request.query["offset"] else { return 0 }
+        guard let offset = Int(text), (0...512).contains(offset) else {
+            throw BLEError(.invalidParameters, "offset must be a whole number from 0 to 512, not \"\(text)\"")
+        }
+        return offset
+    }
+
+    // MARK: - Operations
+
+    private func setNotify(_ enabled: Bool, _ request: Request) async throws -> NotifyState {
+        let c = try await characteristic(request)
+        let notifying = try await central.setNotifyValue(enabled, try Self.deviceID(request), characteristic: c.handle)
+        return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: notifying)
+    }
+
+    private func readDescriptor(_ request: Request, _ d: GATTDescriptor) async throws -> ValueBody {
+        let format = try Self.format(request.query["format"])
+        let value = try await central.readDescriptor(try Self.deviceID(request), descriptor: d.handle, offset: try Self.offset(request))
+        return ValueBody(handle: handleText(d.handle), uuid: d.uuid.uuidString, value: format.encode(value), format: format.rawValue, length: value.count)
+    }
+
+    private func writeDescriptor(_ request: Request, _ d: GATTDescriptor) async throws -> WriteResult {
+        let body = try JSON.decode(WriteRequest.self, from: request.body)
+        guard body.withResponse != false, body.fragment == nil else {
+            throw BLEError(.invalidParameters, "descriptors are always written with response; withResponse and fragment do not apply")
+        }
+        let value = try Self.format(body.format).decode(body.value)
+        try await central.writeDescriptor(try Self.deviceID(request), descriptor: d.handle, value)
+        return WriteResult(handle: handleText(d.handle), uuid: d.uuid.uuidString, written: value.count, withResponse: true, writes: 1)
+    }
+}
+
+extension String {
+    var trimmingSpaces: String {
+        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}
