@@ -89,6 +89,10 @@ public struct ScanStatus: Sendable, Equatable {
 /// A BLE central, as `CBCentralManager` is one. The BlueZ backend implements it; the
 /// gateway only sees this.
 public protocol Central: Sendable {
+    /// Receives every `CentralEvent`. It runs on the central's own thread and must return
+    /// quickly (hand the event on; never wait).
+    func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void)
+
     func status() async -> ManagerStatus
     func adapters() async throws(BLEError) -> [AdapterInfo]
 

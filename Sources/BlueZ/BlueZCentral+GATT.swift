@@ -14,6 +14,7 @@ extension BlueZCentral {
         return try await queues.run(id) { () async throws(BLEError) -> PeripheralInfo in
             if isReady(path) { return try await peripheral(id) }
             transitions.withLock { $0[id] = .connecting }
+            disconnecting.withLock { _ = $0.remove(id) }
             defer { transitions.withLock { $0[id] = nil } }
             let deadline = ContinuousClock.now + timeout
             log("\(id): connecting (timeout \(timeout))")
@@ -42,6 +43,7 @@ extension BlueZCentral {
             // reconcile the tree before answering.
             await reload()
             log("\(id): connected, \(servicePaths(path).count) services")
+            transitions.withLock { $0[id] = nil }
             return try await peripheral(id)
         }
     }
@@ -51,6 +53,7 @@ extension BlueZCentral {
         return try await queues.run(id) { () async throws(BLEError) -> PeripheralInfo in
             if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
                 transitions.withLock { $0[id] = .disconnecting }
+                disconnecting.withLock { _ = $0.insert(id) }
                 defer { transitions.withLock { $0[id] = nil } }
                 do throws(BusError) {
                     _ = try await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
@@ -59,6 +62,7 @@ extension BlueZCentral {
                     throw ErrorMapping.map(error, context: .device)
                 }
                 await refreshDevice(path)
+                transitions.withLock { $0[id] = nil }
                 log("\(id): disconnected")
             }
             return try await peripheral(id)
@@ -172,19 +176,25 @@ extension BlueZCentral {
 
     /// Cancels a connection attempt that ran out of time: BlueZ stops trying on Disconnect.
     private func abortConnection(_ path: ObjectPath) async {
+        if let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) {
+            disconnecting.withLock { _ = $0.insert(id) }
+        }
         _ = try? await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
                                                    member: "Disconnect"), timeout: Self.disconnectDeadline)
         await refreshDevice(path)
     }
 
     /// A GATT call on a device, with its errors mapped; a failure caused by the link going
-    /// down is `peripheralDisconnected`.
+    /// down is `peripheralDisconnected` (`notConnected` when BlueZ said so itself).
     private func call(_ id: BluetoothAddress, _ path: ObjectPath, _ interface: String, _ member: String, _ body: [Value]) async throws(BLEError) -> Message {
         do {
             return try await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: interface, member: member, body),
                                              timeout: Self.gattDeadline)
         } catch {
             let mapped = ErrorMapping.map(error, context: .attribute)
+            // The peer's own ATT answer says more than the link loss that may follow it
+            // (a failed authenticated read drops the link on real BlueZ).
+            if mapped.domain == .att { throw mapped }
             if let device = try? devicePath(id) {
                 await refreshDevice(device)
                 if !isReady(device) && mapped.code != .cb(.notConnected) {

@@ -15,6 +15,11 @@ public final class BlueZCentral: Central {
     private let scan = Mutex(ScanState())
     let queues = DeviceQueues()
     let waiters = Waiters()
+    private let eventHandler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
+    /// The last state reported, so that only changes are.
+    private let lastStatus = Mutex<ManagerStatus?>(nil)
+    /// Devices this side is disconnecting: their disconnection is no error.
+    let disconnecting = Mutex<Set<BluetoothAddress>>([])
     /// Devices being connected or disconnected right now.
     let transitions = Mutex<[BluetoothAddress: PeripheralState]>([:])
 
@@ -50,6 +55,22 @@ public final class BlueZCentral: Central {
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
     }
 
+    public func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
+        eventHandler.withLock { $0 = handler }
+    }
+
+    func emit(_ event: CentralEvent) { eventHandler.withLock { $0 }?(event) }
+
+    /// Reports the state if it changed.
+    func reportStatus() {
+        let current = currentStatus()
+        let changed = lastStatus.withLock { last -> Bool in
+            defer { last = current }
+            return last != current
+        }
+        if changed { emit(.state(current)) }
+    }
+
     /// Subscribes to BlueZ's signals, then loads its objects. Problems show in `status()`.
     public func start() async {
         let objectManager = MatchRule(sender: BlueZ.service, interface: Connection.objectManagerInterface)
@@ -67,6 +88,7 @@ public final class BlueZCentral: Central {
                     self.log("org.bluez left the bus")
                     self.bus.withLock { $0 = .absent }
                     self.tree.clear()
+                    self.reportStatus()
                     self.scan.withLock { $0.scanning = false; $0.generation += 1 }
                 } else {
                     self.log("org.bluez is back on the bus (\(newOwner)); reloading its objects")
@@ -91,14 +113,15 @@ public final class BlueZCentral: Central {
             for entry in reply.body.first?.dictionaryEntries ?? [] {
                 if let path = entry.key.objectPath { objects[path] = Connection.interfaces(entry.value) }
             }
-            tree.load(objects, replySerial: reply.serial)
             bus.withLock { $0 = .ready }
+            tree.load(objects, replySerial: reply.serial)
             let adapters = objects.values.filter { $0[BlueZ.adapterInterface] != nil }.count
             log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(adapterPath()?.lastElement ?? "none")")
         } catch {
             let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
             bus.withLock { $0 = absent ? .absent : .failed(error) }
             tree.load([:], replySerial: .max)
+            reportStatus()
             log("cannot read BlueZ's objects: \(error)")
         }
     }
@@ -114,7 +137,9 @@ public final class BlueZCentral: Central {
         return adapters.first?.0
     }
 
-    public func status() async -> ManagerStatus {
+    public func status() async -> ManagerStatus { currentStatus() }
+
+    private func currentStatus() -> ManagerStatus {
         switch bus.withLock({ $0 }) {
         case .starting:
             return ManagerStatus(state: .unknown, reason: "reading BlueZ's state")
@@ -246,6 +271,14 @@ public final class BlueZCentral: Central {
         case .added(let p, _), .removed(let p, _), .properties(let p, _, _, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
         }
+        switch change {
+        case .reloaded, .added, .removed:
+            reportStatus()
+        case .properties(let p, let interface, let changed, _):
+            if interface == BlueZ.adapterInterface { reportStatus() }
+            if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
+            if interface == BlueZ.gattCharacteristicInterface, let value = changed["Value"]?.bytes { valueChanged(p, value) }
+        }
         let path: ObjectPath
         switch change {
         case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil: path = p
@@ -256,14 +289,40 @@ public final class BlueZCentral: Central {
               let props = tree.properties(at: path, BlueZ.deviceInterface),
               let address = DeviceProperties.address(props) else { return }
         let now = Date()
-        scan.withLock { s in
-            guard s.scanning, let options = s.options else { return }
-            if s.seen[address] != nil
-                || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
-                                   advertisement: DeviceProperties.advertisement(props)) {
+        let report = scan.withLock { s -> Bool in
+            guard s.scanning, let options = s.options else { return false }
+            let known = s.seen[address] != nil
+            if known || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
+                                        advertisement: DeviceProperties.advertisement(props)) {
                 s.seen[address] = now
+                return !known || options.allowDuplicates
             }
+            return false
         }
+        if report, let info = DeviceProperties.peripheral(props, lastSeen: now) { emit(.advertisement(info)) }
+    }
+
+    private func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
+        guard let adapter = adapterPath(), path.parent == adapter,
+              let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
+        if connected {
+            emit(.connection(id: id, state: .connected, error: nil))
+        } else {
+            let ours = disconnecting.withLock { $0.remove(id) != nil }
+            emit(.connection(id: id, state: .disconnected,
+                             error: ours ? nil : BLEError(.peripheralDisconnected, "\(id) disconnected")))
+        }
+    }
+
+    private func valueChanged(_ path: ObjectPath, _ value: [UInt8]) {
+        guard let servicePath = path.parent, let devicePath = servicePath.parent, devicePath.parent == adapterPath(),
+              let id = tree.properties(at: devicePath, BlueZ.deviceInterface).flatMap(DeviceProperties.address),
+              let handle = Self.handle(path, prefix: "char"), let serviceHandle = Self.handle(servicePath, prefix: "service"),
+              let uuid = tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["UUID"]?.string.flatMap({ BluetoothUUID($0) }),
+              let serviceUUID = tree.properties(at: servicePath, BlueZ.gattServiceInterface)?["UUID"]?.string.flatMap({ BluetoothUUID($0) })
+        else { return }
+        emit(.value(ValueUpdate(device: id, serviceHandle: serviceHandle, serviceUUID: serviceUUID,
+                                characteristicHandle: handle, characteristicUUID: uuid, value: value)))
     }
 
     // MARK: - Peripherals

@@ -1,14 +1,27 @@
 import DBus
+import Simulator
 
 /// `--simulate`: a private bus with the BlueZ simulator on it.
 struct Simulation {
     let bus: PrivateBus
+    let simulator: BlueZSimulator
 
-    static func start(configurationFile: String?) async throws -> Simulation {
-        throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "the simulator is not built yet")
+    static func start(configurationFile: String?, log: @escaping @Sendable (String) -> Void) async throws -> Simulation {
+        let configuration = try configurationFile.map { try SimulatorConfiguration.load(path: $0) } ?? .builtIn
+        let bus = try PrivateBus()
+        do {
+            let simulator = BlueZSimulator(connection: try Connection(address: bus.address), configuration: configuration,
+                                           log: { log("simulator: \($0)") })
+            try await simulator.start()
+            return Simulation(bus: bus, simulator: simulator)
+        } catch {
+            bus.stop()
+            throw error
+        }
     }
 
     func stop() {
+        simulator.stop()
         bus.stop()
     }
 }

@@ -46,7 +46,7 @@ func run(_ options: Options) async -> Int32 {
     let address: String
     if let simulate = options.simulate {
         do {
-            let started = try await Simulation.start(configurationFile: simulate)
+            let started = try await Simulation.start(configurationFile: simulate, log: log)
             simulation = started
             address = started.bus.address
             log("simulating BlueZ (\(simulate ?? "built-in devices")) on DBUS_SYSTEM_BUS_ADDRESS=\(started.bus.address)")

@@ -15,6 +15,8 @@ final class FakeCentral: Central {
                                          manufacturerData: [0xFFFF: [0x48, 0x52]], serviceData: [BluetoothUUID("feaa")!: [0x10]],
                                          txPowerLevel: 4))
 
+    let handler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
+    func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) { self.handler.withLock { $0 = handler } }
     func status() async -> ManagerStatus { ManagerStatus(state: .poweredOn, adapter: "hci0") }
     func adapters() async throws(BLEError) -> [AdapterInfo] {
         [AdapterInfo(id: "hci0", address: BluetoothAddress("00:AA:00:00:00:01"), name: "sim", alias: "sim", powered: true,
@@ -76,7 +78,12 @@ struct Reply {
 }
 
 func call(_ router: Router, _ method: String, _ path: String, body: String = "") async throws -> Reply {
-    let response = await router.handle(Request(method: method, path: path, body: Array(body.utf8)))
+    let parts = path.split(separator: "?", maxSplits: 1).map(String.init)
+    let query = (parts.count > 1 ? parts[1] : "").split(separator: "&").map { item -> (name: String, value: String) in
+        let kv = item.split(separator: "=", maxSplits: 1).map(String.init)
+        return (name: kv[0], value: kv.count > 1 ? kv[1] : "")
+    }
+    let response = await router.handle(Request(method: method, path: parts[0], queryItems: query, body: Array(body.utf8)))
     let object = try JSONSerializationLite.object(response.body)
     return Reply(status: response.status, json: object, response: response)
 }
@@ -122,7 +129,8 @@ extension Reply {
         let reply = try await call(router, "GET", "/v1/devices/f0-00-00-00-00-01")
         #expect(reply.status == 200)
         #expect(reply.json["id"] as? String == "F0:00:00:00:00:01")
-        #expect(reply.json["state"] as? String == "disconnected")
+        #expect(reply.json["state"] as? String == "connected")
+        #expect(reply.json["mtu"] as? Int == 185)
         #expect(reply.json["lastSeen"] as? String == "2027-01-15T08:00:00.000Z")
         let adv = try #require(reply.json["advertisement"] as? [String: Any])
         #expect(adv["localName"] as? String == "Sim Heart Rate")

@@ -1,0 +1,33 @@
+/// What a central reports as it happens, as `CBCentralManagerDelegate` and
+/// `CBPeripheralDelegate` callbacks report it.
+public enum CentralEvent: Sendable, Equatable {
+    /// `centralManagerDidUpdateState`
+    case state(ManagerStatus)
+    /// `didDiscover`: a device matched the scan (once per scan, or at every advertisement
+    /// change when the scan allows duplicates).
+    case advertisement(PeripheralInfo)
+    /// `didConnect` / `didDisconnectPeripheral`; `error` is nil when this side disconnected.
+    case connection(id: BluetoothAddress, state: PeripheralState, error: BLEError?)
+    /// `didUpdateValueFor`: a notification or indication, or the result of a read.
+    case value(ValueUpdate)
+}
+
+/// A characteristic's new value.
+public struct ValueUpdate: Sendable, Equatable {
+    public var device: BluetoothAddress
+    public var serviceHandle: UInt16
+    public var serviceUUID: BluetoothUUID
+    public var characteristicHandle: UInt16
+    public var characteristicUUID: BluetoothUUID
+    public var value: [UInt8]
+
+    public init(device: BluetoothAddress, serviceHandle: UInt16, serviceUUID: BluetoothUUID,
+                characteristicHandle: UInt16, characteristicUUID: BluetoothUUID, value: [UInt8]) {
+        self.device = device
+        self.serviceHandle = serviceHandle
+        self.serviceUUID = serviceUUID
+        self.characteristicHandle = characteristicHandle
+        self.characteristicUUID = characteristicUUID
+        self.value = value
+    }
+}
