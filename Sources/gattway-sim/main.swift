@@ -1,1 +1,198 @@
-print("gattway-sim")
+// gattway-sim: a BlueZ 5.66 stand-in on D-Bus, with virtual peripherals and fault injection.
+import DBus
+import Dispatch
+import Glibc
+import Simulator
+import Synchronization
+
+let usage = """
+    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--help]
+
+    Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0, Device1,
+    GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1) on a
+    D-Bus bus, with simulated BLE peripherals. BlueZ clients such as bleak or gattway talk to
+    it as to bluetoothd.
+
+    Options:
+      --bus ADDRESS   serve on this bus (e.g. unix:path=/run/dbus/system_bus_socket). Without
+                      it, a private dbus-daemon is started (and stopped on exit).
+      --config FILE   peripherals from a JSON file instead of the built-in set.
+      --help          this text.
+
+    Output: the first line of stdout is DBUS_SYSTEM_BUS_ADDRESS=<address>, printed once
+    org.bluez is owned and every object is exported; clients set that variable. Log lines
+    follow. SIGINT or SIGTERM stops the simulator (and the private bus).
+
+    Built-in peripherals:
+      F0:00:00:00:00:01 "Sim Heart Rate"  180D (2A37 notify 1 s, 2A38 read, 2A39 write 01),
+                                          180F (2A19 read/notify, 100 down 1 per 5 s), 180A
+      F0:00:00:00:00:02 "Sim Serial"      FFE0/FFE1 read/write/write-without-response/notify,
+                                          echoes writes, MTU 185; two 180A services
+      F0:00:00:00:00:03 "Sim Secure"      12345678-1234-5678-1234-56789abc0001 encrypt-read,
+                                          ...0002 encrypt-authenticated-read (ATT 0x0e, link drops)
+      F0:00:00:00:00:04 (no name)         non-connectable iBeacon
+      F0:00:00:00:00:05 "Sim Eddystone"   non-connectable Eddystone-URL beacon
+
+    Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
+      { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
+                     "temporaryTimeoutSec": 30, "disconnectDelayMs": 100,
+                     "connectTimeoutMs": 20000, "experimental": false },
+        "devices": [ { "address": "F0:00:00:00:00:10", "name": "Thermo", "rssi": -60,
+            "rssiJitter": 3, "txPower": 0, "connectable": true, "advertisingIntervalMs": 1000,
+            "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
+            "advertisingCounter": false, "serviceData": {"181A": "00"}, "mtu": 247,
+            "connectDelayMs": 30,
+            "services": [ { "uuid": "181A", "primary": true, "handle": 10, "characteristics": [
+              { "uuid": "2A6E", "flags": ["read", "notify"], "value": "e803",
+                "generator": "counter", "notifyIntervalMs": 1000, "echo": false,
+                "accept": ["01"], "rejectCode": "0x80",
+                "descriptors": [ { "uuid": "2901", "text": "Temperature", "flags": ["read"] } ] } ] } ],
+            "faults": { ... } } ] }
+      UUIDs: "180D", "0x180D", 32-bit or 128-bit. Values: "value" in hex or "text" in UTF-8.
+      flags: BlueZ's strings (read, write, write-without-response, notify, indicate,
+        encrypt-read, encrypt-authenticated-read, ..., reliable-write, authorize).
+      generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s).
+      A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
+
+    Faults (per device "faults", or at run time with SetFault; every key optional):
+      { "connectError": { "name": "org.bluez.Error.Failed",
+                          "message": "le-connection-abort-by-remote", "count": 2 },
+        "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
+        "outOfRange": true, "dropLinkAfterMs": 2000,
+        "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
+                       { "handle": 13, "operation": "any", "code": 3 } ] }
+
+    Control interface io.gattway.Simulator1 at /io/gattway/simulator (bus name org.bluez):
+      SetFault(s address, s faultJSON)   replace a device's faults
+      ClearFaults(s address)             "" clears every device
+      DropLink(s address)                lose the link (ServicesResolved=false, Connected=false)
+      CallCount(s member, s path) -> u   method calls seen ("" matches any)
+      ResetCounters()
+      SetValue(s address, s uuid, ay value, b notify)   set a characteristic on the peripheral
+      e.g. busctl --address=$DBUS_SYSTEM_BUS_ADDRESS call org.bluez /io/gattway/simulator \\
+             io.gattway.Simulator1 DropLink s F0:00:00:00:00:01
+
+    Not simulated: AcquireNotify/AcquireWrite (NotSupported; StartNotify works), BR/EDR,
+    advertising and GATT server roles, agents' pairing dialogs (pairing is Just Works).
+    """
+
+/// One line to stdout, flushed at once (the first line is read by scripts).
+@Sendable func emit(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+func fatal(_ message: String, code: Int32 = 1) -> Never {
+    FileHandleOutput.standardError("gattway-sim: \(message)\n")
+    exit(code)
+}
+
+enum FileHandleOutput {
+    static func standardError(_ text: String) {
+        var bytes = Array(text.utf8)
+        _ = write(2, &bytes, bytes.count)
+    }
+}
+
+var busAddress: String?
+var configPath: String?
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--help", "-h":
+        emit(usage)
+        exit(0)
+    case "--bus":
+        guard let value = arguments.popFirst() else { fatal("--bus needs an address", code: 2) }
+        busAddress = value
+    case "--config":
+        guard let value = arguments.popFirst() else { fatal("--config needs a file", code: 2) }
+        configPath = value
+    default:
+        fatal("unknown argument \"\(argument)\" (see --help)", code: 2)
+    }
+}
+
+let configuration: SimulatorConfiguration
+do {
+    configuration = try configPath.map(SimulatorConfiguration.load(path:)) ?? .builtIn
+} catch {
+    fatal("\(error)")
+}
+
+let privateBus: PrivateBus?
+let address: String
+if let busAddress {
+    privateBus = nil
+    address = busAddress
+} else {
+    do { privateBus = try PrivateBus() } catch { fatal("cannot start dbus-daemon: \(error)") }
+    address = privateBus!.address
+}
+
+let connection: Connection
+do { connection = try Connection(address: address) } catch {
+    privateBus?.stop()
+    fatal("cannot connect to \(address): \(error)")
+}
+
+/// Log lines wait until the address line is out: it must be the first line.
+let logLines = Mutex<(ready: Bool, held: [String])>((false, []))
+@Sendable func log(_ line: String) {
+    let now = logLines.withLock { state -> Bool in
+        if !state.ready { state.held.append(line) }
+        return state.ready
+    }
+    if now { emit("sim: " + line) }
+}
+@Sendable func ready(_ first: String) {
+    logLines.withLock { state in
+        emit(first)
+        state.held.forEach { emit("sim: " + $0) }
+        state = (true, [])
+    }
+}
+
+let simulator = Simulator(connection: connection, configuration: configuration, log: log)
+
+/// Why the program ends: a signal, or the bus went away.
+let finished = Mutex<CheckedContinuation<String, Never>?>(nil)
+@Sendable func finish(_ reason: String) {
+    finished.withLock { c in
+        c?.resume(returning: reason)
+        c = nil
+    }
+}
+
+/// Made outside the main actor: the handlers run on a Dispatch queue.
+nonisolated func watchSignals(_ handler: @escaping @Sendable (String) -> Void) -> [any DispatchSourceSignal] {
+    [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")].map { number, name in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { handler(name) }
+        source.resume()
+        return source
+    }
+}
+let signalSources = watchSignals(finish)
+connection.setDisconnectHandler { finish("the bus connection was lost") }
+
+let reason = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
+    finished.withLock { $0 = continuation }
+    Task {
+        do {
+            try await simulator.start()
+            ready("DBUS_SYSTEM_BUS_ADDRESS=\(address)")
+        } catch {
+            finish("cannot serve org.bluez: \(error)")
+        }
+    }
+}
+
+log("stopping (\(reason))")
+if !reason.hasPrefix("SIG") { FileHandleOutput.standardError("gattway-sim: \(reason)\n") }
+simulator.stop()
+connection.close()
+privateBus?.stop()
+signalSources.forEach { $0.cancel() }
+exit(reason.hasPrefix("SIG") ? 0 : 1)

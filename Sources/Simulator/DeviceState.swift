@@ -1,0 +1,166 @@
+import BLE
+import DBus
+
+/// Everything about one simulated peripheral: bluetoothd's view of it (the Device1 object, its
+/// GATT objects and caches) and the peripheral's own state (values, subscriptions).
+struct DeviceState: Sendable {
+    let config: SimulatorConfiguration.Device
+    let path: ObjectPath
+    let table: AttributeTable
+    var faults: SimulatorConfiguration.Faults
+    /// Connect attempts that still fail with `faults.connectError`; nil = all.
+    var connectFailuresLeft: Int?
+
+    // MARK: Device1 (bluetoothd's side)
+    var exported = false
+    /// Found by discovery and neither connected nor paired: removed after TemporaryTimeout.
+    var temporary = true
+    /// The pending TemporaryTimeout removal.
+    var temporaryTimer: Int?
+    var name: String?
+    var alias: String?
+    var paired = false
+    var bonded = false
+    var trusted = false
+    var blocked = false
+    var rssi: Int?
+    var txPower: Int?
+    var uuids: [BluetoothUUID] = []
+    var manufacturerData: [UInt16: [UInt8]] = [:]
+    var serviceData: [BluetoothUUID: [UInt8]] = [:]
+    var advertisingFlags: [UInt8]?
+    /// The Connected property (the suppressConnectedSignal fault sets it without a signal).
+    var connected = false
+    var servicesResolved = false
+    var gattExported = false
+    /// GATT services were resolved once: UUIDs then lists the primary services, and
+    /// advertised UUIDs no longer change it.
+    var servicesResolvedOnce = false
+
+    // MARK: the link
+    var link: Link = .idle
+    /// Counts connections, so that late timers of an earlier one do nothing.
+    var linkEpoch = 0
+    var connectCall: Message?
+    var disconnectCalls: [Message] = []
+    /// RemoveDevice on a connected device: remove it once the link is down.
+    var removeAfterDisconnect = false
+    var pairing: Pairing?
+
+    // MARK: the peripheral
+    var advertisingCounter: UInt8 = 0
+    var characteristics: [CharacteristicState]
+    var descriptors: [DescriptorState]
+
+    enum Link: Equatable, Sendable {
+        case idle
+        case connecting(attempt: Int)
+        case connected
+        /// Disconnect was called; the link goes down after the adapter's disconnect delay.
+        case disconnecting
+    }
+
+    /// A Pair call being served: it waits for the link (when it had to connect first) and then for pairing.
+    struct Pairing: Sendable {
+        let id: Int
+        let call: Message
+        let sender: String
+    }
+
+    init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath) {
+        self.config = config
+        path = adapterPath.child(config.address.bluezPathComponent)!
+        table = AttributeTable(config, path: path)
+        faults = config.faults
+        connectFailuresLeft = config.faults.connectError?.count
+        characteristics = table.characteristics.map { CharacteristicState(value: $0.configuration.value.bytes) }
+        descriptors = table.descriptors.map { DescriptorState(value: $0.initialValue) }
+    }
+
+    var address: BluetoothAddress { config.address }
+    /// bluetoothd has a GATT client for the device (ATT is up).
+    var hasGATT: Bool { link == .connected || link == .disconnecting }
+    var mtu: Int { config.mtu }
+    var responseDelayMs: Int { faults.responseDelayMs ?? 0 }
+    /// What Alias shows: the set alias, else the name, else the address with dashes.
+    var displayAlias: String {
+        alias ?? name ?? String(config.address.description.map { $0 == ":" ? "-" : $0 })
+    }
+
+    /// Back to a device bluetoothd has never seen (RemoveDevice); the peripheral keeps its values.
+    mutating func forget() {
+        exported = false
+        temporary = true
+        temporaryTimer = nil
+        removeAfterDisconnect = false
+        servicesResolvedOnce = false
+        name = nil
+        alias = nil
+        paired = false
+        bonded = false
+        trusted = false
+        blocked = false
+        rssi = nil
+        txPower = nil
+        uuids = []
+        manufacturerData = [:]
+        serviceData = [:]
+        advertisingFlags = nil
+        gattExported = false
+        for i in characteristics.indices {
+            characteristics[i].cached = nil
+            characteristics[i].sessions = [:]
+            characteristics[i].notifying = false
+        }
+        for i in descriptors.indices { descriptors[i].cached = nil }
+    }
+}
+
+struct CharacteristicState: Sendable {
+    /// The peripheral's value.
+    var value: [UInt8]
+    /// bluetoothd's cache (the Value property); nil or empty = no Value property.
+    var cached: [UInt8]?
+    /// StartNotify sessions by D-Bus sender.
+    var sessions: [String: Session] = [:]
+    var notifying = false
+    /// The peripheral's CCCD is enabled for us.
+    var subscribed = false
+    var subscribing: Subscribing?
+    var read: PendingRead?
+    var write: PendingCall?
+    /// heartRate generator's current bpm.
+    var bpm = 72
+
+    enum Session: Sendable, Equatable {
+        /// The CCCD write is on its way.
+        case pending
+        case active
+        /// Kept across a disconnection (bluetoothd re-subscribes on reconnect).
+        case inactive
+    }
+
+    struct Subscribing: Sendable {
+        let id: Int
+        var waiters: [(sender: String, call: Message)]
+    }
+}
+
+struct DescriptorState: Sendable {
+    var value: [UInt8]
+    var cached: [UInt8]?
+    var read: PendingRead?
+    var write: PendingCall?
+}
+
+/// A ReadValue waiting for the peer; later calls with the same offset share its answer.
+struct PendingRead: Sendable {
+    let id: Int
+    let offset: Int
+    var calls: [Message]
+}
+
+struct PendingCall: Sendable {
+    let id: Int
+    let call: Message
+}

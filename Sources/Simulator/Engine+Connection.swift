@@ -1,0 +1,279 @@
+import BLE
+import DBus
+
+/// Device1: Connect, Disconnect, Pair and link loss, in bluetoothd 5.66's order of signals
+/// and replies (src/device.c: device_add_connection, att_connect_cb, device_remove_connection).
+extension Engine {
+    func deviceCall(_ call: Message, member: String, device d: Int, sender: String) {
+        switch member {
+        case "Connect": connect(d, call: call)
+        case "Disconnect": disconnect(d, call: call)
+        case "Pair": pair(d, call: call, sender: sender)
+        case "CancelPairing":
+            guard let pairing = devices[d].pairing else { return fail(call, BlueZError.doesNotExist) }
+            devices[d].pairing = nil
+            fail(pairing.call, BlueZError.authenticationCanceled)
+            reply(call)
+        default:
+            // ConnectProfile/DisconnectProfile: a LE-only device has no BR/EDR profiles.
+            fail(call, BusError(name: "org.bluez.Error.NotAvailable", message: "Operation currently not available"))
+        }
+    }
+
+    private func connect(_ d: Int, call: Message) {
+        switch devices[d].link {
+        case .connected, .disconnecting:
+            return reply(call)
+        case .connecting:
+            return fail(call, BlueZError.failed("Operation already in progress"))
+        case .idle:
+            break
+        }
+        guard powered else { return fail(call, BlueZError.failed("Input/output error")) }
+        devices[d].connectCall = call
+        beginConnect(d)
+    }
+
+    /// Starts a connection attempt; it ends in `linkUp` or `failConnect`.
+    private func beginConnect(_ d: Int) {
+        let attempt = makeID()
+        devices[d].link = .connecting(attempt: attempt)
+        devices[d].temporary = false
+        devices[d].temporaryTimer = nil
+        let device = devices[d]
+        let delay = device.faults.connectDelayMs ?? device.config.connectDelayMs
+        log("\(device.address): connecting")
+        if let error = device.faults.connectError, device.connectFailuresLeft.map({ $0 > 0 }) ?? true {
+            if let left = device.connectFailuresLeft { devices[d].connectFailuresLeft = left - 1 }
+            tasks.after(milliseconds: delay) {
+                await self.connectAttemptFailed(d, attempt: attempt, BusError(name: error.name, message: error.message),
+                                                linkEstablished: error.linkEstablished)
+            }
+        } else if !device.config.connectable || device.faults.outOfRange {
+            // Nobody answers: the kernel gives up after its LE connection timeout.
+            tasks.after(milliseconds: adapterConfig.connectTimeoutMs) {
+                await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-abort-by-local"),
+                                                linkEstablished: false)
+            }
+        } else {
+            tasks.after(milliseconds: delay) { await self.linkUp(d, attempt: attempt) }
+        }
+    }
+
+    private func connectAttemptFailed(_ d: Int, attempt: Int, _ error: BusError, linkEstablished: Bool) {
+        guard devices[d].link == .connecting(attempt: attempt) else { return }
+        failConnect(d, error, linkEstablished: linkEstablished)
+    }
+
+    /// The attempt failed: Connect gets `error`; a Pair that had to connect first gets
+    /// bluetoothd's "Software caused connection abort".
+    func failConnect(_ d: Int, _ error: BusError, linkEstablished: Bool) {
+        devices[d].link = .idle
+        log("\(devices[d].address): connect failed: \(error)")
+        if linkEstablished {
+            devices[d].connected = true
+            propertiesChanged(.device(d), Interface.device, ["Connected"])
+            devices[d].connected = false
+            propertiesChanged(.device(d), Interface.device, ["Connected"])
+        }
+        if let call = devices[d].connectCall {
+            devices[d].connectCall = nil
+            fail(call, error)
+        }
+        if let pairing = devices[d].pairing {
+            devices[d].pairing = nil
+            fail(pairing.call, BlueZError.failed("Software caused connection abort"))
+        }
+    }
+
+    /// Disconnect while connecting cancels the attempt.
+    func cancelConnect(_ d: Int) {
+        devices[d].link = .idle
+        if let call = devices[d].connectCall {
+            devices[d].connectCall = nil
+            fail(call, BlueZError.failed("br-connection-canceled"))
+        }
+        if let pairing = devices[d].pairing {
+            devices[d].pairing = nil
+            fail(pairing.call, BlueZError.authenticationCanceled)
+        }
+    }
+
+    /// The link is up: Connected=true, the Connect reply, the GATT objects (first time) or
+    /// their MTU, the notification sessions re-enabled, then ServicesResolved=true.
+    private func linkUp(_ d: Int, attempt: Int) {
+        guard devices[d].link == .connecting(attempt: attempt) else { return }
+        devices[d].link = .connected
+        devices[d].linkEpoch += 1
+        let epoch = devices[d].linkEpoch
+        devices[d].connected = true
+        log("\(devices[d].address): connected")
+        if !devices[d].faults.suppressConnectedSignal {
+            propertiesChanged(.device(d), Interface.device, ["Connected"])
+        }
+        if let call = devices[d].connectCall {
+            devices[d].connectCall = nil
+            reply(call)
+        }
+        let table = devices[d].table
+        if !devices[d].gattExported {
+            devices[d].gattExported = true
+            for (s, service) in table.services.enumerated() {
+                export(.service(d, s))
+                for c in service.characteristics {
+                    export(.characteristic(d, c))
+                    for x in table.characteristics[c].descriptors { export(.descriptor(d, x)) }
+                }
+            }
+        } else {
+            for c in table.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
+        }
+        for c in table.characteristics.indices where !devices[d].characteristics[c].sessions.isEmpty {
+            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .active }
+            if !devices[d].characteristics[c].notifying {
+                devices[d].characteristics[c].notifying = true
+                propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
+            }
+        }
+        if !devices[d].servicesResolvedOnce {
+            devices[d].servicesResolvedOnce = true
+            var primaries: [BluetoothUUID] = []
+            for service in table.services where service.primary && !primaries.contains(service.uuid) { primaries.append(service.uuid) }
+            let uuids = primaries.sorted { $0.uuidString < $1.uuidString }
+            if uuids != devices[d].uuids {
+                devices[d].uuids = uuids
+                propertiesChanged(.device(d), Interface.device, ["UUIDs"])
+            }
+        }
+        devices[d].servicesResolved = true
+        propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
+        if let ms = devices[d].faults.dropLinkAfterMs {
+            tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
+        }
+        if devices[d].pairing != nil { startPairing(d) }
+    }
+
+    private func disconnect(_ d: Int, call: Message) {
+        switch devices[d].link {
+        case .idle:
+            reply(call)
+        case .connecting:
+            cancelConnect(d)
+            reply(call)
+        case .connected, .disconnecting:
+            requestDisconnect(d, call: call)
+        }
+    }
+
+    /// bluetoothd waits before it drops the link (DISCONNECT_TIMER) and answers every
+    /// Disconnect (and RemoveDevice) once it is down.
+    func requestDisconnect(_ d: Int, call: Message) {
+        devices[d].disconnectCalls.append(call)
+        guard devices[d].link == .connected else { return }
+        devices[d].link = .disconnecting
+        let epoch = devices[d].linkEpoch
+        tasks.after(milliseconds: adapterConfig.disconnectDelayMs) { await self.linkDown(d, epoch: epoch) }
+    }
+
+    /// The link went down (by request, link loss or power off): pending ATT requests fail,
+    /// notification sessions wait for the next connection, ServicesResolved=false, the
+    /// Disconnect replies, Connected=false. The GATT objects stay, as in 5.66.
+    func linkDown(_ d: Int, epoch: Int? = nil) {
+        guard devices[d].hasGATT, epoch == nil || epoch == devices[d].linkEpoch else { return }
+        log("\(devices[d].address): disconnected")
+        devices[d].link = .idle
+        failPendingRequests(d)
+        for c in devices[d].characteristics.indices {
+            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .inactive }
+        }
+        if let pairing = devices[d].pairing {
+            devices[d].pairing = nil
+            fail(pairing.call, BlueZError.authenticationCanceled)
+        }
+        if devices[d].servicesResolved {
+            devices[d].servicesResolved = false
+            propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
+        }
+        for call in devices[d].disconnectCalls { reply(call) }
+        devices[d].disconnectCalls = []
+        devices[d].connected = false
+        propertiesChanged(.device(d), Interface.device, ["Connected"])
+        if devices[d].removeAfterDisconnect { removeDevice(d) }
+    }
+
+    /// What was waiting for the peer gets bluetoothd's answer for a request that never got a response.
+    private func failPendingRequests(_ d: Int) {
+        let failed = BlueZError.att(.success)
+        for c in devices[d].characteristics.indices {
+            if let read = devices[d].characteristics[c].read { read.calls.forEach { fail($0, failed) } }
+            if let write = devices[d].characteristics[c].write { fail(write.call, failed) }
+            if let subscribing = devices[d].characteristics[c].subscribing {
+                for waiter in subscribing.waiters {
+                    devices[d].characteristics[c].sessions[waiter.sender] = nil
+                    fail(waiter.call, failed)
+                }
+            }
+            devices[d].characteristics[c].read = nil
+            devices[d].characteristics[c].write = nil
+            devices[d].characteristics[c].subscribing = nil
+        }
+        for x in devices[d].descriptors.indices {
+            if let read = devices[d].descriptors[x].read { read.calls.forEach { fail($0, failed) } }
+            if let write = devices[d].descriptors[x].write { fail(write.call, failed) }
+            devices[d].descriptors[x].read = nil
+            devices[d].descriptors[x].write = nil
+        }
+    }
+
+    // MARK: - Pairing
+
+    private func pair(_ d: Int, call: Message, sender: String) {
+        if devices[d].pairing != nil { return fail(call, BlueZError.inProgress) }
+        devices[d].temporary = false
+        devices[d].temporaryTimer = nil
+        if devices[d].bonded { return fail(call, BlueZError.alreadyExists) }
+        devices[d].pairing = DeviceState.Pairing(id: makeID(), call: call, sender: sender)
+        switch devices[d].link {
+        case .connected, .disconnecting: startPairing(d)
+        case .connecting: break  // linkUp continues
+        case .idle:
+            guard powered else {
+                devices[d].pairing = nil
+                return fail(call, BlueZError.failed("Input/output error"))
+            }
+            beginConnect(d)
+        }
+    }
+
+    /// Just Works (the simulated agent is NoInputNoOutput) takes a moment, then Paired and
+    /// Bonded change before the Pair reply.
+    private func startPairing(_ d: Int) {
+        guard let id = devices[d].pairing?.id else { return }
+        tasks.after(milliseconds: 20) { await self.finishPairing(d, id: id) }
+    }
+
+    private func finishPairing(_ d: Int, id: Int) {
+        guard let pairing = devices[d].pairing, pairing.id == id, devices[d].hasGATT else { return }
+        devices[d].pairing = nil
+        bond(d)
+        reply(pairing.call)
+    }
+
+    /// Paired and Bonded become true (Just Works, explicit or triggered by an encrypted attribute).
+    func bond(_ d: Int) {
+        guard !devices[d].paired || !devices[d].bonded else { return }
+        devices[d].paired = true
+        devices[d].bonded = true
+        log("\(devices[d].address): paired (Just Works)")
+        propertiesChanged(.device(d), Interface.device, ["Paired", "Bonded"])
+    }
+
+    func setBlocked(_ d: Int, _ blocked: Bool) {
+        guard blocked != devices[d].blocked else { return }
+        devices[d].blocked = blocked
+        propertiesChanged(.device(d), Interface.device, ["Blocked"])
+        if blocked {
+            if isConnecting(d) { cancelConnect(d) } else { linkDown(d) }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+import BLE
+import DBus
+
+/// `io.gattway.Simulator1` at /io/gattway/simulator: faults and counters at run time, for tests.
+extension Engine {
+    static func controlError(_ name: String, _ message: String) -> BusError {
+        BusError(name: "io.gattway.Simulator1.Error." + name, message: message)
+    }
+
+    func controlCall(_ call: Message, member: String) {
+        let args = call.body.map(\.string)
+        switch member {
+        case "SetFault":
+            guard let d = device(call, args[0]) else { return }
+            do {
+                let faults = try SimulatorConfiguration.Faults.parse(args[1] ?? "")
+                devices[d].faults = faults
+                devices[d].connectFailuresLeft = faults.connectError?.count
+                log("\(devices[d].address): faults set to \(args[1] ?? "")")
+                reply(call)
+                if faults.outOfRange {
+                    if devices[d].hasGATT { linkDown(d) }
+                }
+            } catch {
+                fail(call, Engine.controlError("InvalidArguments", "fault: \(error.message)"))
+            }
+        case "ClearFaults":
+            let targets: [Int]
+            if args[0] == "" { targets = Array(devices.indices) } else {
+                guard let d = device(call, args[0]) else { return }
+                targets = [d]
+            }
+            for d in targets {
+                devices[d].faults = SimulatorConfiguration.Faults()
+                devices[d].connectFailuresLeft = nil
+            }
+            reply(call)
+        case "DropLink":
+            guard let d = device(call, args[0]) else { return }
+            guard devices[d].hasGATT else {
+                return fail(call, Engine.controlError("NotConnected", "\(devices[d].address) is not connected"))
+            }
+            log("\(devices[d].address): link lost (DropLink)")
+            reply(call)
+            linkDown(d)
+        case "CallCount":
+            let member = args[0] ?? "", path = args[1] ?? ""
+            var total: UInt32 = 0
+            for (key, count) in callCounts {
+                let parts = key.split(separator: " ", maxSplits: 1).map(String.init)
+                if (member.isEmpty || parts[0] == member) && (path.isEmpty || parts[1] == path) { total &+= count }
+            }
+            reply(call, [.uint32(total)])
+        case "ResetCounters":
+            callCounts = [:]
+            reply(call)
+        case "SetValue":
+            guard let d = device(call, args[0]) else { return }
+            guard let uuid = BluetoothUUID(args[1] ?? ""),
+                  let c = devices[d].table.characteristics.firstIndex(where: { $0.uuid == uuid }) else {
+                return fail(call, Engine.controlError("InvalidArguments", "\(devices[d].address) has no characteristic \(args[1] ?? "")"))
+            }
+            let value = call.body[2].bytes ?? []
+            devices[d].characteristics[c].value = value
+            reply(call)
+            if call.body[3].bool == true { notify(d, c, value) }
+        default:
+            fail(call, DBusError.unknownMethod(call))
+        }
+    }
+
+    /// The device an address argument names; answers the call with an error if there is none.
+    private func device(_ call: Message, _ text: String?) -> Int? {
+        guard let address = BluetoothAddress(text ?? ""), let d = devices.firstIndex(where: { $0.address == address }) else {
+            fail(call, Engine.controlError("UnknownDevice", "no simulated device \"\(text ?? "")\""))
+            return nil
+        }
+        return d
+    }
+
+    // MARK: - Timers
+
+    /// Advertising and value generators run for the simulator's lifetime.
+    func startTimers() {
+        for d in devices.indices {
+            tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertise(d) }
+            for (c, info) in devices[d].table.characteristics.enumerated() {
+                let configuration = info.configuration
+                let interval: Int
+                switch configuration.generator {
+                case .heartRate, .counter: interval = configuration.notifyIntervalMs ?? 1000
+                case .batteryDrain: interval = configuration.notifyIntervalMs ?? 5000
+                case nil:
+                    guard let ms = configuration.notifyIntervalMs else { continue }
+                    interval = ms
+                }
+                tasks.every(milliseconds: interval) { await self.generate(d, c) }
+            }
+        }
+    }
+
+    /// One tick of a characteristic's generator: a new value, notified.
+    private func generate(_ d: Int, _ c: Int) {
+        var state = devices[d].characteristics[c]
+        switch devices[d].table.characteristics[c].configuration.generator {
+        case .heartRate:
+            state.bpm = min(90, max(60, state.bpm + Int.random(in: -3...3)))
+            state.value = [0x06, UInt8(state.bpm)]
+        case .batteryDrain:
+            let level = state.value.first ?? 100
+            state.value = [level == 0 ? 100 : level - 1]
+        case .counter:
+            let width = state.value.isEmpty ? 4 : min(state.value.count, 8)
+            var n: UInt64 = 0
+            for (i, byte) in state.value.prefix(width).enumerated() { n |= UInt64(byte) << (8 * UInt64(i)) }
+            n &+= 1
+            state.value = (0..<width).map { UInt8(truncatingIfNeeded: n >> (8 * UInt64($0))) }
+        case nil:
+            break
+        }
+        devices[d].characteristics[c].value = state.value
+        devices[d].characteristics[c].bpm = state.bpm
+        notify(d, c, state.value)
+    }
+}

@@ -1,0 +1,392 @@
+import BLE
+import DBus
+
+/// GattCharacteristic1 and GattDescriptor1 as bluetoothd 5.66's GATT client serves them
+/// (src/gatt-client.c), in front of the simulated peripheral's GATT server.
+extension Engine {
+    /// An attribute of one device.
+    enum Attribute: Sendable {
+        case characteristic(Int)
+        case descriptor(Int)
+    }
+
+    /// The peer's answer to a request, and whether the link drops after it (a failed MITM pairing).
+    struct PeerFailure: Error {
+        let code: ATTErrorCode
+        var dropsLink = false
+        var error: BusError { BlueZError.att(code) }
+    }
+
+    func characteristicCall(_ call: Message, member: String, device d: Int, characteristic c: Int, sender: String) {
+        switch member {
+        case "ReadValue": readValue(call, d, .characteristic(c))
+        case "WriteValue": writeCharacteristic(call, d, c)
+        case "StartNotify": startNotify(call, d, c, sender: sender)
+        case "StopNotify":
+            guard devices[d].characteristics[c].sessions[sender] != nil else {
+                return fail(call, BlueZError.failed("No notify session started"))
+            }
+            endSession(device: d, characteristic: c, sender: sender)
+            reply(call)
+        case "AcquireNotify":
+            guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
+            guard devices[d].characteristics[c].sessions.isEmpty else { return fail(call, BlueZError.inProgress) }
+            // Passing a socket is not simulated: StartNotify serves every characteristic.
+            fail(call, BlueZError.notSupported)
+        case "AcquireWrite":
+            guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
+            fail(call, BlueZError.notSupported)
+        default:
+            fail(call, DBusError.unknownMethod(call))
+        }
+    }
+
+    func descriptorCall(_ call: Message, member: String, device d: Int, descriptor x: Int) {
+        switch member {
+        case "ReadValue": readValue(call, d, .descriptor(x))
+        case "WriteValue": writeDescriptor(call, d, x)
+        default: fail(call, DBusError.unknownMethod(call))
+        }
+    }
+
+    // MARK: - Read
+
+    private func readValue(_ call: Message, _ d: Int, _ attribute: Attribute) {
+        guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
+        guard let options = RequestOptions(call.body[0]) else { return fail(call, BlueZError.invalidArguments()) }
+        let offset = options.offset
+        if var pending = pendingRead(d, attribute) {
+            // bluetoothd joins a read of the same offset and refuses another one.
+            guard pending.offset == offset else { return fail(call, BlueZError.inProgress) }
+            pending.calls.append(call)
+            setPendingRead(d, attribute, pending)
+            return
+        }
+        let id = makeID()
+        setPendingRead(d, attribute, PendingRead(id: id, offset: offset, calls: [call]))
+        respond(d) { engine in engine.completeRead(d, attribute, id: id) }
+    }
+
+    private func completeRead(_ d: Int, _ attribute: Attribute, id: Int) {
+        guard let pending = pendingRead(d, attribute), pending.id == id else { return }
+        setPendingRead(d, attribute, nil)
+        switch peerRead(d, attribute, offset: pending.offset) {
+        case .success(let bytes):
+            // The result goes into bluetoothd's cache (reset by a read from offset 0), which
+            // the Value property shows; the reply is the cache from the offset on.
+            var cache = pending.offset == 0 ? [] : cached(d, attribute) ?? []
+            if cache.count < pending.offset { cache += Array(repeating: 0, count: pending.offset - cache.count) }
+            cache.replaceSubrange(pending.offset..<min(cache.count, pending.offset + bytes.count), with: bytes)
+            setCached(d, attribute, cache)
+            let result = Array(cache[pending.offset...])
+            switch attribute {
+            case .characteristic(let c):
+                // Emitted at once (G_DBUS_PROPERTY_CHANGED_FLAG_FLUSH), before the reply.
+                propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Value"])
+                pending.calls.forEach { reply($0, [.bytes(result)]) }
+            case .descriptor(let x):
+                pending.calls.forEach { reply($0, [.bytes(result)]) }
+                propertiesChanged(.descriptor(d, x), Interface.descriptor, ["Value"])
+            }
+        case .failure(let failure):
+            pending.calls.forEach { fail($0, failure.error) }
+            if failure.dropsLink { linkDown(d) }
+        }
+    }
+
+    /// The peripheral's GATT server answering a read.
+    private func peerRead(_ d: Int, _ attribute: Attribute, offset: Int) -> Result<[UInt8], PeerFailure> {
+        if let code = injectedError(d, attribute, write: false) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
+        let permission: Permission
+        let value: [UInt8]
+        switch attribute {
+        case .characteristic(let c):
+            permission = devices[d].table.characteristics[c].read
+            value = devices[d].characteristics[c].value
+        case .descriptor(let x):
+            let info = devices[d].table.descriptors[x]
+            permission = info.read
+            value = info.isCCCD ? cccdValue(d, info.characteristic) : devices[d].descriptors[x].value
+        }
+        guard permission.allowed else { return .failure(PeerFailure(code: .readNotPermitted)) }
+        if let failure = checkSecurity(d, permission) { return .failure(failure) }
+        guard offset <= value.count else { return .failure(PeerFailure(code: .invalidOffset)) }
+        return .success(Array(value[offset...]))
+    }
+
+    // MARK: - Write
+
+    private func writeCharacteristic(_ call: Message, _ d: Int, _ c: Int) {
+        guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
+        if devices[d].characteristics[c].write != nil { return fail(call, BlueZError.inProgress) }
+        guard let data = call.body[0].bytes, let options = RequestOptions(call.body[1], withType: true) else {
+            return fail(call, BlueZError.invalidArguments())
+        }
+        let info = devices[d].table.characteristics[c]
+        let type = options.type?.lowercased()
+        // bluetoothd picks the procedure from `type`, or without one from the flags:
+        // reliable-write, then write (a request), then write-without-response (a command).
+        if (type == nil && (info.hasReliableWrite || info.hasWrite)) || type == "reliable" || type == "request" {
+            let id = makeID()
+            devices[d].characteristics[c].write = PendingCall(id: id, call: call)
+            respond(d) { engine in engine.completeWrite(d, .characteristic(c), id: id, data: data, offset: options.offset) }
+            return
+        }
+        if (type != nil && type != "command") || options.offset != 0 || (type == nil && !info.hasWriteWithoutResponse) {
+            return fail(call, BlueZError.notSupported)
+        }
+        // A command: answered at once; the ATT PDU must fit the MTU.
+        guard data.count <= devices[d].mtu - 3 else { return fail(call, BlueZError.failed("Failed to initiate write")) }
+        reply(call)
+        // The peer drops a command it would refuse; nobody hears of it.
+        if case .success = peerWrite(d, .characteristic(c), data, offset: 0, command: true) { written(d, c, data) }
+    }
+
+    private func writeDescriptor(_ call: Message, _ d: Int, _ x: Int) {
+        guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
+        if devices[d].descriptors[x].write != nil { return fail(call, BlueZError.inProgress) }
+        guard let data = call.body[0].bytes, let options = RequestOptions(call.body[1]) else {
+            return fail(call, BlueZError.invalidArguments())
+        }
+        // StartNotify/StopNotify own the CCCD.
+        if devices[d].table.descriptors[x].isCCCD { return fail(call, BlueZError.notPermitted("Write not permitted")) }
+        let id = makeID()
+        devices[d].descriptors[x].write = PendingCall(id: id, call: call)
+        respond(d) { engine in engine.completeWrite(d, .descriptor(x), id: id, data: data, offset: options.offset) }
+    }
+
+    private func completeWrite(_ d: Int, _ attribute: Attribute, id: Int, data: [UInt8], offset: Int) {
+        let pending: PendingCall?
+        switch attribute {
+        case .characteristic(let c): pending = devices[d].characteristics[c].write; devices[d].characteristics[c].write = nil
+        case .descriptor(let x): pending = devices[d].descriptors[x].write; devices[d].descriptors[x].write = nil
+        }
+        guard let pending, pending.id == id else { return }
+        switch peerWrite(d, attribute, data, offset: offset, command: false) {
+        case .success:
+            reply(pending.call)
+            if case .characteristic(let c) = attribute { written(d, c, devices[d].characteristics[c].value) }
+        case .failure(let failure):
+            fail(pending.call, failure.error)
+            if failure.dropsLink { linkDown(d) }
+        }
+    }
+
+    /// The peripheral's GATT server taking a write; on success its value is updated.
+    private func peerWrite(_ d: Int, _ attribute: Attribute, _ data: [UInt8], offset: Int, command: Bool) -> Result<Void, PeerFailure> {
+        if let code = injectedError(d, attribute, write: true) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
+        let permission: Permission
+        let current: [UInt8]
+        var accept: [HexBytes]?
+        var rejectCode: UInt8 = 0x80
+        switch attribute {
+        case .characteristic(let c):
+            let info = devices[d].table.characteristics[c]
+            permission = info.write
+            current = devices[d].characteristics[c].value
+            accept = info.configuration.accept
+            rejectCode = info.configuration.rejectCode
+        case .descriptor(let x):
+            permission = devices[d].table.descriptors[x].write
+            current = devices[d].descriptors[x].value
+        }
+        guard permission.allowed else { return .failure(PeerFailure(code: .writeNotPermitted)) }
+        // A command cannot start pairing: without the security it is dropped.
+        if command, permission.security > .none, !devices[d].paired { return .failure(PeerFailure(code: .insufficientEncryption)) }
+        if let failure = checkSecurity(d, permission) { return .failure(failure) }
+        guard offset <= current.count else { return .failure(PeerFailure(code: .invalidOffset)) }
+        guard offset + data.count <= 512 else { return .failure(PeerFailure(code: .invalidAttributeValueLength)) }
+        if let accept, !accept.contains(HexBytes(data)) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: rejectCode))) }
+        let value = Array(current[..<offset]) + data
+        switch attribute {
+        case .characteristic(let c): devices[d].characteristics[c].value = value
+        case .descriptor(let x): devices[d].descriptors[x].value = value
+        }
+        return .success(())
+    }
+
+    /// After a characteristic took a write: an echo device sends it back.
+    private func written(_ d: Int, _ c: Int, _ value: [UInt8]) {
+        if devices[d].table.characteristics[c].configuration.echo { notify(d, c, value) }
+    }
+
+    // MARK: - Notifications
+
+    private func startNotify(_ call: Message, _ d: Int, _ c: Int, sender: String) {
+        if devices[d].link == .disconnecting { return fail(call, BlueZError.notConnected) }
+        guard devices[d].table.characteristics[c].canNotify else { return fail(call, BlueZError.notSupported) }
+        // One session per client; a session kept from an earlier connection is still waiting.
+        if let session = devices[d].characteristics[c].sessions[sender] {
+            return session == .inactive ? fail(call, BlueZError.inProgress) : reply(call)
+        }
+        guard devices[d].hasGATT else {
+            // Subscribes on the next connection.
+            devices[d].characteristics[c].sessions[sender] = .inactive
+            return reply(call)
+        }
+        if devices[d].characteristics[c].sessions.values.contains(.active) {
+            devices[d].characteristics[c].sessions[sender] = .active
+            return reply(call)
+        }
+        devices[d].characteristics[c].sessions[sender] = .pending
+        if devices[d].characteristics[c].subscribing != nil {
+            devices[d].characteristics[c].subscribing!.waiters.append((sender, call))
+            return
+        }
+        let id = makeID()
+        devices[d].characteristics[c].subscribing = CharacteristicState.Subscribing(id: id, waiters: [(sender, call)])
+        respond(d) { engine in engine.completeSubscribe(d, c, id: id) }
+    }
+
+    /// The CCCD write came back.
+    private func completeSubscribe(_ d: Int, _ c: Int, id: Int) {
+        guard let subscribing = devices[d].characteristics[c].subscribing, subscribing.id == id else { return }
+        devices[d].characteristics[c].subscribing = nil
+        let info = devices[d].table.characteristics[c]
+        var result: PeerFailure?
+        if let cccd = info.descriptors.first(where: { devices[d].table.descriptors[$0].isCCCD }),
+           let code = injectedError(d, .descriptor(cccd), write: true) {
+            result = PeerFailure(code: ATTErrorCode(rawValue: code))
+        } else {
+            result = checkSecurity(d, info.subscribe)
+        }
+        if let result {
+            for waiter in subscribing.waiters {
+                devices[d].characteristics[c].sessions[waiter.sender] = nil
+                fail(waiter.call, result.error)
+            }
+            if result.dropsLink { linkDown(d) }
+            return
+        }
+        for waiter in subscribing.waiters where devices[d].characteristics[c].sessions[waiter.sender] == .pending {
+            devices[d].characteristics[c].sessions[waiter.sender] = .active
+        }
+        if !devices[d].characteristics[c].notifying {
+            devices[d].characteristics[c].notifying = true
+            propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
+        }
+        for waiter in subscribing.waiters { reply(waiter.call) }
+    }
+
+    /// StopNotify, or the client left the bus. Notifying turns false when no session remains
+    /// subscribed (sessions kept across a disconnection do not count, as in 5.66).
+    func endSession(device d: Int, characteristic c: Int, sender: String) {
+        devices[d].characteristics[c].sessions[sender] = nil
+        if var subscribing = devices[d].characteristics[c].subscribing,
+           let i = subscribing.waiters.firstIndex(where: { $0.sender == sender }) {
+            fail(subscribing.waiters[i].call, BlueZError.failed("Operation failed"))
+            subscribing.waiters.remove(at: i)
+            devices[d].characteristics[c].subscribing = subscribing.waiters.isEmpty ? nil : subscribing
+        }
+        let stillSubscribed = devices[d].characteristics[c].sessions.values.contains { $0 != .inactive }
+        if devices[d].characteristics[c].notifying && !stillSubscribed {
+            devices[d].characteristics[c].notifying = false
+            propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
+        }
+    }
+
+    /// The peripheral notifies (or indicates) `value`: heard only while connected and
+    /// subscribed; bluetoothd stores it and signals Value even when it did not change.
+    func notify(_ d: Int, _ c: Int, _ value: [UInt8]) {
+        guard devices[d].hasGATT, devices[d].characteristics[c].sessions.values.contains(.active) else { return }
+        devices[d].characteristics[c].cached = value
+        propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Value"])
+    }
+
+    private func cccdValue(_ d: Int, _ c: Int) -> [UInt8] {
+        devices[d].hasGATT && devices[d].characteristics[c].sessions.values.contains(.active)
+            ? devices[d].table.characteristics[c].subscriptionValue : [0, 0]
+    }
+
+    // MARK: - Helpers
+
+    /// Security the peer demands: encryption is reached by Just Works pairing, which bluetoothd
+    /// starts by itself; authentication (MITM) cannot be reached with a NoInputNoOutput agent,
+    /// so the request fails with ATT 0x0e and the link drops, as measured on real bluetoothd.
+    private func checkSecurity(_ d: Int, _ permission: Permission) -> PeerFailure? {
+        switch permission.security {
+        case .none: break
+        case .encrypted: bond(d)
+        case .authenticated: return PeerFailure(code: .unlikelyError, dropsLink: true)
+        }
+        return permission.authorize ? PeerFailure(code: .insufficientAuthorization) : nil
+    }
+
+    /// An ATT error set by a fault for this attribute and access.
+    private func injectedError(_ d: Int, _ attribute: Attribute, write: Bool) -> UInt8? {
+        let (uuid, handles): (BluetoothUUID, [UInt16])
+        switch attribute {
+        case .characteristic(let c):
+            let info = devices[d].table.characteristics[c]
+            (uuid, handles) = (info.uuid, [info.handle, info.valueHandle])
+        case .descriptor(let x):
+            let info = devices[d].table.descriptors[x]
+            (uuid, handles) = (info.uuid, [info.handle])
+        }
+        return devices[d].faults.attErrors.first { fault in
+            guard fault.operation == .any || (fault.operation == .write) == write else { return false }
+            if let u = fault.uuid { return u == uuid }
+            return handles.contains { Int($0) == fault.handle }
+        }?.code
+    }
+
+    /// Runs `action` after the device's response delay (at once when there is none).
+    private func respond(_ d: Int, _ action: @escaping @Sendable (isolated Engine) -> Void) {
+        let delay = devices[d].responseDelayMs
+        if delay == 0 { return action(self) }
+        tasks.after(milliseconds: delay) { await self.run(action) }
+    }
+
+    private func run(_ action: @Sendable (isolated Engine) -> Void) { action(self) }
+
+    private func pendingRead(_ d: Int, _ attribute: Attribute) -> PendingRead? {
+        switch attribute {
+        case .characteristic(let c): devices[d].characteristics[c].read
+        case .descriptor(let x): devices[d].descriptors[x].read
+        }
+    }
+
+    private func setPendingRead(_ d: Int, _ attribute: Attribute, _ value: PendingRead?) {
+        switch attribute {
+        case .characteristic(let c): devices[d].characteristics[c].read = value
+        case .descriptor(let x): devices[d].descriptors[x].read = value
+        }
+    }
+
+    private func cached(_ d: Int, _ attribute: Attribute) -> [UInt8]? {
+        switch attribute {
+        case .characteristic(let c): devices[d].characteristics[c].cached
+        case .descriptor(let x): devices[d].descriptors[x].cached
+        }
+    }
+
+    private func setCached(_ d: Int, _ attribute: Attribute, _ value: [UInt8]) {
+        switch attribute {
+        case .characteristic(let c): devices[d].characteristics[c].cached = value
+        case .descriptor(let x): devices[d].descriptors[x].cached = value
+        }
+    }
+}
+
+/// The a{sv} options of ReadValue/WriteValue: "offset" (q) and, for writes, "type" (s); keys
+/// compared without case, others ignored, a wrong type refused (parse_options).
+struct RequestOptions {
+    var offset = 0
+    var type: String?
+
+    init?(_ value: Value, withType: Bool = false) {
+        guard let entries = value.dictionaryEntries else { return nil }
+        for entry in entries {
+            guard let key = entry.key.string?.lowercased() else { return nil }
+            let inner = entry.value.unwrapped
+            if key == "offset" {
+                guard case .uint16(let n) = inner else { return nil }
+                offset = Int(n)
+            }
+            if withType && key == "type" {
+                guard case .string(let s) = inner else { return nil }
+                type = s
+            }
+        }
+    }
+}

@@ -1,0 +1,157 @@
+import BLE
+import DBus
+import FoundationEssentials
+
+extension SimulatorConfiguration {
+    /// Misbehaviour of one device, from its configuration or set at run time with
+    /// `io.gattway.Simulator1.SetFault` (which replaces the device's whole fault set).
+    ///
+    /// JSON, every key optional:
+    /// ```
+    /// { "connectError": { "name": "org.bluez.Error.Failed", "message": "le-connection-abort-by-remote",
+    ///                     "count": 2, "linkEstablished": false },
+    ///   "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
+    ///   "outOfRange": true, "dropLinkAfterMs": 2000,
+    ///   "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
+    ///                  { "handle": 13, "code": 3 } ] }
+    /// ```
+    public struct Faults: Codable, Sendable, Equatable {
+        /// Connect fails with this error (for the next `count` attempts, or always).
+        public var connectError: ConnectError?
+        /// Replaces the device's `connectDelayMs`.
+        public var connectDelayMs: Int?
+        /// Every ATT request (read, write request, notification subscription) is answered this late.
+        public var responseDelayMs: Int?
+        /// The Connected=true PropertiesChanged is never sent although Properties.Get says true
+        /// (seen on real bluetoothd: "already connected").
+        public var suppressConnectedSignal: Bool
+        /// The device stops advertising; a connected link is lost; Connect hangs until
+        /// `adapter.connectTimeoutMs`, then fails with "le-connection-abort-by-local".
+        public var outOfRange: Bool
+        /// Each connection is lost this long after it was made.
+        public var dropLinkAfterMs: Int?
+        /// The peripheral answers these ATT error codes.
+        public var attErrors: [ATTError]
+
+        public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
+                    suppressConnectedSignal: Bool = false, outOfRange: Bool = false, dropLinkAfterMs: Int? = nil,
+                    attErrors: [ATTError] = []) {
+            self.connectError = connectError
+            self.connectDelayMs = connectDelayMs
+            self.responseDelayMs = responseDelayMs
+            self.suppressConnectedSignal = suppressConnectedSignal
+            self.outOfRange = outOfRange
+            self.dropLinkAfterMs = dropLinkAfterMs
+            self.attErrors = attErrors
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, outOfRange, dropLinkAfterMs, attErrors
+        }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            connectError = try c.decodeIfPresent(ConnectError.self, forKey: .connectError)
+            connectDelayMs = try c.decodeInt(.connectDelayMs, default: nil, in: 0...600_000)
+            responseDelayMs = try c.decodeInt(.responseDelayMs, default: nil, in: 0...600_000)
+            suppressConnectedSignal = try c.decode(.suppressConnectedSignal, default: false)
+            outOfRange = try c.decode(.outOfRange, default: false)
+            dropLinkAfterMs = try c.decodeInt(.dropLinkAfterMs, default: nil, in: 0...86_400_000)
+            attErrors = try c.decode(.attErrors, default: [])
+        }
+
+        /// Parses the JSON given to `SetFault`.
+        public static func parse(_ json: String) throws(ConfigurationError) -> Faults {
+            do {
+                return try JSONDecoder().decode(Faults.self, from: Data(json.utf8))
+            } catch let error as DecodingError {
+                throw ConfigurationError.describe(error)
+            } catch {
+                throw ConfigurationError("not valid JSON: \(error)")
+            }
+        }
+
+        public struct ConnectError: Codable, Sendable, Equatable {
+            /// A D-Bus error name, e.g. org.bluez.Error.Failed.
+            public var name: String
+            /// e.g. le-connection-abort-by-remote, le-connection-timeout, br-connection-page-timeout.
+            public var message: String
+            /// How many attempts fail; nil = all.
+            public var count: Int?
+            /// Whether the link came up before it failed (Connected=true then false before the
+            /// error reply, as bluetoothd shows it for a link dropped during setup). Default:
+            /// true for le-connection-abort-by-local, which bleak then waits for.
+            public var linkEstablished: Bool
+
+            public init(name: String = "org.bluez.Error.Failed", message: String, count: Int? = nil, linkEstablished: Bool? = nil) {
+                self.name = name
+                self.message = message
+                self.count = count
+                self.linkEstablished = linkEstablished ?? (message == "le-connection-abort-by-local")
+            }
+
+            enum CodingKeys: String, CodingKey, CaseIterable { case name, message, count, linkEstablished }
+
+            public init(from decoder: any Decoder) throws {
+                try decoder.rejectUnknownKeys(CodingKeys.self)
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                let name = try c.decode(.name, default: "org.bluez.Error.Failed")
+                guard Validate.errorName(name) else {
+                    throw DecodingError.dataCorruptedError(forKey: .name, in: c, debugDescription: "\"\(name)\" is not a D-Bus error name")
+                }
+                let message = try c.decode(String.self, forKey: .message)
+                guard Validate.utf8(message) else {
+                    throw DecodingError.dataCorruptedError(forKey: .message, in: c, debugDescription: "not a valid D-Bus string")
+                }
+                self.init(name: name, message: message, count: try c.decodeInt(.count, default: nil, in: 1...1_000_000),
+                          linkEstablished: try c.decodeIfPresent(Bool.self, forKey: .linkEstablished))
+            }
+        }
+
+        public struct ATTError: Codable, Sendable, Equatable {
+            public enum Operation: String, Codable, Sendable { case read, write, any }
+            /// The attribute, by UUID (every attribute with it) or by handle (the one in its
+            /// object path, or a characteristic's value handle).
+            public var uuid: BluetoothUUID?
+            public var handle: Int?
+            public var operation: Operation
+            public var code: UInt8
+
+            public init(uuid: BluetoothUUID? = nil, handle: Int? = nil, operation: Operation = .any, code: UInt8) {
+                self.uuid = uuid
+                self.handle = handle
+                self.operation = operation
+                self.code = code
+            }
+
+            enum CodingKeys: String, CodingKey, CaseIterable { case uuid, handle, operation, code }
+
+            public init(from decoder: any Decoder) throws {
+                try decoder.rejectUnknownKeys(CodingKeys.self)
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                uuid = try c.decodeIfPresent(BluetoothUUID.self, forKey: .uuid)
+                handle = try c.decodeFlexibleInt(.handle)
+                guard (uuid == nil) != (handle == nil) else {
+                    throw DecodingError.dataCorruptedError(forKey: .uuid, in: c, debugDescription: "give either \"uuid\" or \"handle\"")
+                }
+                if let handle, !(1...0xFFFF).contains(handle) {
+                    throw DecodingError.dataCorruptedError(forKey: .handle, in: c, debugDescription: "a handle is 0x0001...0xFFFF")
+                }
+                operation = try c.decode(.operation, default: .any)
+                guard let raw = try c.decodeFlexibleInt(.code), let byte = UInt8(exactly: raw), byte != 0 else {
+                    throw DecodingError.dataCorruptedError(forKey: .code, in: c, debugDescription: "an ATT error code is 0x01...0xFF")
+                }
+                code = byte
+            }
+
+            public func encode(to encoder: any Encoder) throws {
+                var c = encoder.container(keyedBy: CodingKeys.self)
+                try c.encodeIfPresent(uuid, forKey: .uuid)
+                try c.encodeIfPresent(handle, forKey: .handle)
+                try c.encode(operation, forKey: .operation)
+                try c.encode(Int(code), forKey: .code)
+            }
+        }
+    }
+}

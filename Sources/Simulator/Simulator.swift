@@ -1,0 +1,91 @@
+import BLE
+import DBus
+import Synchronization
+
+/// A stand-in for bluetoothd 5.66: owns `org.bluez` on the bus of `connection` and serves the
+/// adapter hci0 and the configured peripherals through the BlueZ D-Bus API, plus the
+/// `io.gattway.Simulator1` control interface at /io/gattway/simulator:
+///
+/// - `SetFault(s address, s faultJSON)` replaces a device's faults (`SimulatorConfiguration.Faults`)
+/// - `ClearFaults(s address)` ("" = every device)
+/// - `DropLink(s address)` loses the link as if the peripheral vanished
+/// - `CallCount(s member, s path) → u` counts method calls ("" matches any member or path)
+/// - `ResetCounters()`
+/// - `SetValue(s address, s uuid, ay value, b notify)` sets a characteristic's value on the peripheral
+///
+/// Incoming messages are queued in arrival order (at most 1024 waiting; beyond that a call is
+/// refused with `org.freedesktop.DBus.Error.LimitsExceeded`) and handled one at a time.
+public final class Simulator: Sendable {
+    private let connection: Connection
+    private let engine: Engine
+    private let tasks = TaskBag()
+    private let inbox: AsyncStream<Message>.Continuation
+    private let messages: Mutex<AsyncStream<Message>?>
+    private let subscription = Mutex<SubscriptionID?>(nil)
+    private let log: @Sendable (String) -> Void
+
+    /// `log` receives one line per notable event (discovery, connections, faults).
+    public init(connection: Connection, configuration: SimulatorConfiguration, log: (@Sendable (String) -> Void)? = nil) {
+        self.connection = connection
+        let log = log ?? { _ in }
+        self.log = log
+        engine = Engine(connection: connection, configuration: configuration, tasks: tasks, log: log)
+        let (stream, continuation) = AsyncStream<Message>.makeStream(bufferingPolicy: .bufferingOldest(1024))
+        inbox = continuation
+        messages = Mutex(stream)
+    }
+
+    /// Starts serving: takes the name `org.bluez` once everything is ready to answer, then
+    /// announces the adapter. Throws if the name is taken or the bus refuses.
+    public func start() async throws {
+        guard let stream = messages.withLock({ s -> AsyncStream<Message>? in defer { s = nil }; return s }) else {
+            throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "the simulator was already started")
+        }
+        let engine = engine
+        tasks.spawn {
+            for await message in stream { await engine.handle(message) }
+        }
+        let inbox = inbox
+        let connection = connection
+        connection.setMethodCallHandler { call in
+            if case .dropped = inbox.yield(call), !call.noReplyExpected {
+                try? connection.send(call.errorReply(BusError(name: "org.freedesktop.DBus.Error.LimitsExceeded",
+                                                              message: "the simulator has too many calls waiting")))
+            }
+        }
+        let id = try await connection.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
+                                                          member: "NameOwnerChanged")) { signal in inbox.yield(signal) }
+        subscription.withLock { $0 = id }
+        await engine.start()
+        try await connection.requestName("org.bluez")
+        await engine.announce()
+        log("serving org.bluez as \(connection.uniqueName)")
+    }
+
+    /// Stops every timer and pending reply and stops answering calls. The connection stays
+    /// open (its owner closes it, which also releases org.bluez).
+    public func stop() {
+        connection.setMethodCallHandler(nil)
+        if let id = subscription.withLock({ s -> SubscriptionID? in defer { s = nil }; return s }) { connection.unsubscribe(id) }
+        inbox.finish()
+        tasks.close()
+    }
+
+    deinit { stop() }
+}
+
+extension Engine {
+    func start() {
+        guard !started else { return }
+        started = true
+        startTimers()
+    }
+
+    /// bluetoothd announces the adapter when it has set it up.
+    func announce() {
+        export(.bluez)
+        export(.adapter)
+    }
+}
+/// The simulator under a name that differs from its module's (Swift cannot tell a type from a module of the same name).
+public typealias BlueZSimulator = Simulator

@@ -1,0 +1,82 @@
+import BLE
+
+extension SimulatorConfiguration {
+    /// The default peripherals (gateway tests depend on these addresses and names):
+    /// - F0:00:00:00:00:01 "Sim Heart Rate": heart rate (2A37 notify every 1 s, 2A38 read, 2A39
+    ///   write accepting only 01 else ATT 0x80), battery 2A19 (read/notify, 100 down 1 per 5 s),
+    ///   device information; manufacturer data 0xFFFF "HR" + an advertisement counter.
+    /// - F0:00:00:00:00:02 "Sim Serial": HM-10 style FFE0/FFE1 (read, write, write without
+    ///   response, notify; echoes writes), MTU 185, and two Device Information services.
+    /// - F0:00:00:00:00:03 "Sim Secure": 12345678-…-0001 encrypt-read "secret-jw" (Just Works
+    ///   pairing happens by itself), …-0002 encrypt-authenticated-read "secret-mitm" (fails with
+    ///   ATT 0x0e and drops the link).
+    /// - F0:00:00:00:00:04 (no name): a non-connectable iBeacon.
+    /// - F0:00:00:00:00:05 "Sim Eddystone": a non-connectable Eddystone-URL beacon.
+    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone])
+
+    private static func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text)! }
+
+    private static func text(_ uuid: String, _ value: String) -> Characteristic {
+        Characteristic(uuid: self.uuid(uuid), flags: ["read"], value: HexBytes(Array(value.utf8)))
+    }
+
+    private static func deviceInformation(_ characteristics: [Characteristic]) -> Service {
+        Service(uuid: uuid("180A"), characteristics: characteristics)
+    }
+
+    private static let heartRate = Device(
+        address: BluetoothAddress("F0:00:00:00:00:01")!, name: "Sim Heart Rate", rssi: -55, txPower: 4,
+        advertisingIntervalMs: 1000, uuids: [uuid("180D"), uuid("180F")],
+        manufacturerData: [0xFFFF: [0x48, 0x52, 0x00]], advertisingCounter: true,
+        services: [
+            Service(uuid: uuid("180D"), characteristics: [
+                Characteristic(uuid: uuid("2A37"), flags: ["notify"], value: [0x06, 72], generator: .heartRate, notifyIntervalMs: 1000),
+                Characteristic(uuid: uuid("2A38"), flags: ["read"], value: [0x01]),
+                Characteristic(uuid: uuid("2A39"), flags: ["write"], accept: [[0x01]], rejectCode: 0x80),
+            ]),
+            Service(uuid: uuid("180F"), characteristics: [
+                Characteristic(uuid: uuid("2A19"), flags: ["read", "notify"], value: [100], generator: .batteryDrain, notifyIntervalMs: 5000),
+            ]),
+            deviceInformation([
+                text("2A29", "gattway simulator"), text("2A24", "SIM-HR-1"), text("2A25", "SIM0001"), text("2A26", "1.0.0"),
+            ]),
+        ])
+
+    private static let serial = Device(
+        address: BluetoothAddress("F0:00:00:00:00:02")!, name: "Sim Serial", rssi: -62, advertisingIntervalMs: 1000,
+        uuids: [uuid("FFE0")], mtu: 185,
+        services: [
+            Service(uuid: uuid("FFE0"), characteristics: [
+                Characteristic(uuid: uuid("FFE1"), flags: ["read", "write", "write-without-response", "notify"], echo: true,
+                               descriptors: [Descriptor(uuid: uuid("2901"), value: HexBytes(Array("Serial".utf8)))]),
+            ]),
+            // Real modules do carry duplicate services: a UUID alone is then ambiguous.
+            deviceInformation([text("2A29", "gattway simulator"), text("2A24", "SIM-SERIAL-1")]),
+            deviceInformation([text("2A29", "gattway simulator")]),
+        ])
+
+    private static let secureService = uuid("12345678-1234-5678-1234-56789abc0000")
+
+    private static let secure = Device(
+        address: BluetoothAddress("F0:00:00:00:00:03")!, name: "Sim Secure", rssi: -66, advertisingIntervalMs: 1000,
+        uuids: [secureService],
+        services: [
+            Service(uuid: secureService, characteristics: [
+                Characteristic(uuid: uuid("12345678-1234-5678-1234-56789abc0001"), flags: ["encrypt-read"],
+                               value: HexBytes(Array("secret-jw".utf8))),
+                Characteristic(uuid: uuid("12345678-1234-5678-1234-56789abc0002"), flags: ["encrypt-authenticated-read"],
+                               value: HexBytes(Array("secret-mitm".utf8))),
+            ]),
+        ])
+
+    /// Apple iBeacon: 02 15, proximity UUID, major 1, minor 2, measured power -59 dBm.
+    private static let iBeacon = Device(
+        address: BluetoothAddress("F0:00:00:00:00:04")!, name: nil, rssi: -70, connectable: false, advertisingIntervalMs: 1000,
+        manufacturerData: [0x004C: HexBytes([0x02, 0x15] + uuid("E2C56DB5-DFFB-48D2-B060-D0F5A71096E0").bytes + [0x00, 0x01, 0x00, 0x02, 0xC5])])
+
+    /// Eddystone-URL frame for https://example.com (scheme 0x03, ".com" 0x07), TX power -18 dBm.
+    private static let eddystone = Device(
+        address: BluetoothAddress("F0:00:00:00:00:05")!, name: "Sim Eddystone", rssi: -74, connectable: false,
+        advertisingIntervalMs: 1000, uuids: [uuid("FEAA")],
+        serviceData: [uuid("FEAA"): HexBytes([0x10, 0xEE, 0x03] + Array("example".utf8) + [0x07])])
+}

@@ -1,0 +1,438 @@
+import BLE
+import FoundationEssentials
+
+/// What the simulator pretends to be: one adapter (hci0) and the peripherals around it.
+///
+/// JSON (every key but `address` and `uuid` optional; unknown keys are refused):
+/// ```
+/// { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
+///                "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
+///                "experimental": false },
+///   "devices": [ {
+///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate",
+///     "rssi": -55, "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
+///     "advertisingFlags": "06", "uuids": ["180D"], "manufacturerData": { "0xFFFF": "485200" },
+///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
+///     "mtu": 247, "connectDelayMs": 30, "responseDelayMs": 0,
+///     "services": [ { "uuid": "180D", "primary": true, "handle": 10, "characteristics": [ {
+///         "uuid": "2A37", "flags": ["notify"], "value": "0648", "text": "…(UTF-8 instead of value)",
+///         "generator": "heartRate", "notifyIntervalMs": 1000, "echo": false,
+///         "accept": ["01"], "rejectCode": "0x80",
+///         "descriptors": [ { "uuid": "2901", "text": "Heart rate", "flags": ["read"] } ] } ] } ],
+///     "faults": { see `Faults` } } ] }
+/// ```
+/// A file replaces the built-in set (`builtIn`) entirely.
+public struct SimulatorConfiguration: Codable, Sendable, Equatable {
+    public var adapter: Adapter
+    public var devices: [Device]
+
+    public init(adapter: Adapter = Adapter(), devices: [Device]) {
+        self.adapter = adapter
+        self.devices = devices
+    }
+
+    enum CodingKeys: String, CodingKey, CaseIterable { case adapter, devices }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        adapter = try c.decode(.adapter, default: Adapter())
+        devices = try c.decode(.devices, default: [])
+    }
+
+    /// Reads and checks a JSON configuration file.
+    public static func load(path: String) throws -> SimulatorConfiguration {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ConfigurationError("cannot read \(path): \(error)")
+        }
+        do {
+            return try decode(data)
+        } catch {
+            throw ConfigurationError("\(path): \(error.message)")
+        }
+    }
+
+    /// Decodes and checks a JSON document.
+    public static func decode(_ data: Data) throws(ConfigurationError) -> SimulatorConfiguration {
+        let configuration: SimulatorConfiguration
+        do {
+            configuration = try JSONDecoder().decode(SimulatorConfiguration.self, from: data)
+        } catch let error as DecodingError {
+            throw ConfigurationError.describe(error)
+        } catch {
+            throw ConfigurationError("not valid JSON: \(error)")
+        }
+        try configuration.validate()
+        return configuration
+    }
+
+    /// Checks what single keys cannot: unique addresses, and handles that fit in 16 bits.
+    public func validate() throws(ConfigurationError) {
+        var seen: Set<BluetoothAddress> = []
+        for (i, device) in devices.enumerated() {
+            guard seen.insert(device.address).inserted else {
+                throw ConfigurationError("devices[\(i)].address: \(device.address) appears twice")
+            }
+            if device.address == adapter.address {
+                throw ConfigurationError("devices[\(i)].address: \(device.address) is the adapter's own address")
+            }
+            var next = AttributeTable.firstHandle
+            for (j, service) in device.services.enumerated() {
+                if let handle = service.handle {
+                    guard j == 0 || handle >= next else {
+                        throw ConfigurationError("devices[\(i)].services[\(j)].handle: \(handle) overlaps the previous service (next free handle is \(next))")
+                    }
+                    next = handle
+                }
+                next += 1 + service.characteristics.reduce(0) { $0 + AttributeTable.handleCount(of: $1) }
+                guard next - 1 <= 0xFFFF else {
+                    throw ConfigurationError("devices[\(i)].services[\(j)]: attribute handles run past 0xFFFF")
+                }
+            }
+        }
+    }
+}
+
+extension SimulatorConfiguration {
+    /// The local controller.
+    public struct Adapter: Codable, Sendable, Equatable {
+        public var address: BluetoothAddress
+        public var name: String
+        public var powered: Bool
+        /// BlueZ's TemporaryTimeout: a discovered device nobody connected to or paired with is
+        /// removed this long after it appeared (0 = never).
+        public var temporaryTimeoutSec: Int
+        /// How long Disconnect takes. Real bluetoothd waits 2 s (DISCONNECT_TIMER) before it drops
+        /// the link; the default is shorter to keep tests fast.
+        public var disconnectDelayMs: Int
+        /// How long a Connect to a device that does not answer hangs before it fails (the
+        /// kernel's LE connection timeout).
+        public var connectTimeoutMs: Int
+        /// Properties bluetoothd exports only with `--experimental` (Device1.AdvertisingFlags).
+        public var experimental: Bool
+
+        public init(address: BluetoothAddress = BluetoothAddress("00:1A:7D:DA:71:13")!, name: String = "gattway-sim",
+                    powered: Bool = true, temporaryTimeoutSec: Int = 30, disconnectDelayMs: Int = 100,
+                    connectTimeoutMs: Int = 20_000, experimental: Bool = false) {
+            self.address = address
+            self.name = name
+            self.powered = powered
+            self.temporaryTimeoutSec = temporaryTimeoutSec
+            self.disconnectDelayMs = disconnectDelayMs
+            self.connectTimeoutMs = connectTimeoutMs
+            self.experimental = experimental
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, experimental
+        }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            let d = Adapter()
+            address = try c.decode(.address, default: d.address)
+            name = try c.decode(.name, default: d.name)
+            powered = try c.decode(.powered, default: d.powered)
+            temporaryTimeoutSec = try c.decodeInt(.temporaryTimeoutSec, default: d.temporaryTimeoutSec, in: 0...86_400)!
+            disconnectDelayMs = try c.decodeInt(.disconnectDelayMs, default: d.disconnectDelayMs, in: 0...60_000)!
+            connectTimeoutMs = try c.decodeInt(.connectTimeoutMs, default: d.connectTimeoutMs, in: 1...600_000)!
+            experimental = try c.decode(.experimental, default: d.experimental)
+        }
+    }
+
+    /// One peripheral: what it advertises, its GATT table and its faults.
+    public struct Device: Codable, Sendable, Equatable {
+        public var address: BluetoothAddress
+        /// "public" or "random".
+        public var addressType: String
+        /// The advertised local name; nil advertises none (BlueZ then shows the address as Alias).
+        public var name: String?
+        public var rssi: Int
+        /// Each advertisement's RSSI is `rssi` ± up to this many dB.
+        public var rssiJitter: Int
+        public var txPower: Int?
+        public var connectable: Bool
+        public var advertisingIntervalMs: Int
+        /// The AD flags byte(s) (0x06: LE General Discoverable, BR/EDR not supported).
+        public var advertisingFlags: HexBytes
+        public var uuids: [BluetoothUUID]
+        /// Company id → data.
+        public var manufacturerData: [UInt16: HexBytes]
+        public var serviceData: [BluetoothUUID: HexBytes]
+        /// Replaces the last byte of every manufacturer data entry with a counter that goes up by
+        /// one per advertisement, so that scanners see the data change.
+        public var advertisingCounter: Bool
+        /// The negotiated ATT MTU while connected.
+        public var mtu: Int
+        /// How long a successful Connect takes.
+        public var connectDelayMs: Int
+        public var services: [Service]
+        public var faults: Faults
+
+        public init(address: BluetoothAddress, addressType: String = "public", name: String? = nil, rssi: Int = -60,
+                    rssiJitter: Int = 3, txPower: Int? = nil, connectable: Bool = true, advertisingIntervalMs: Int = 1000,
+                    advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
+                    manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
+                    advertisingCounter: Bool = false, mtu: Int = 247, connectDelayMs: Int = 30,
+                    services: [Service] = [], faults: Faults = Faults()) {
+            self.address = address
+            self.addressType = addressType
+            self.name = name
+            self.rssi = rssi
+            self.rssiJitter = rssiJitter
+            self.txPower = txPower
+            self.connectable = connectable
+            self.advertisingIntervalMs = advertisingIntervalMs
+            self.advertisingFlags = advertisingFlags
+            self.uuids = uuids
+            self.manufacturerData = manufacturerData
+            self.serviceData = serviceData
+            self.advertisingCounter = advertisingCounter
+            self.mtu = mtu
+            self.connectDelayMs = connectDelayMs
+            self.services = services
+            self.faults = faults
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
+            case uuids, manufacturerData, serviceData, advertisingCounter, mtu, connectDelayMs, services, faults
+        }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            address = try c.decode(BluetoothAddress.self, forKey: .address)
+            let d = Device(address: address)
+            addressType = try c.decode(.addressType, default: d.addressType)
+            guard ["public", "random"].contains(addressType) else {
+                throw DecodingError.dataCorruptedError(forKey: .addressType, in: c, debugDescription: "expected \"public\" or \"random\"")
+            }
+            name = try c.decodeIfPresent(String.self, forKey: .name)
+            rssi = try c.decodeInt(.rssi, default: d.rssi, in: -127...20)!
+            rssiJitter = try c.decodeInt(.rssiJitter, default: d.rssiJitter, in: 0...30)!
+            txPower = try c.decodeInt(.txPower, default: nil, in: -127...20)
+            connectable = try c.decode(.connectable, default: d.connectable)
+            advertisingIntervalMs = try c.decodeInt(.advertisingIntervalMs, default: d.advertisingIntervalMs, in: 20...60_000)!
+            advertisingFlags = try c.decode(.advertisingFlags, default: d.advertisingFlags)
+            uuids = try c.decode(.uuids, default: [])
+            advertisingCounter = try c.decode(.advertisingCounter, default: false)
+            mtu = try c.decodeInt(.mtu, default: d.mtu, in: 23...517)!
+            connectDelayMs = try c.decodeInt(.connectDelayMs, default: d.connectDelayMs, in: 0...600_000)!
+            services = try c.decode(.services, default: [])
+            faults = try c.decode(.faults, default: Faults())
+
+            manufacturerData = [:]
+            for (key, value) in try c.decode(.manufacturerData, default: [String: HexBytes]()) {
+                guard let id = parseFlexibleInt(key), let company = UInt16(exactly: id) else {
+                    throw DecodingError.dataCorruptedError(forKey: .manufacturerData, in: c,
+                        debugDescription: "company id \"\(key)\" is not a 16-bit number (decimal or 0x hex)")
+                }
+                manufacturerData[company] = value
+            }
+            serviceData = [:]
+            for (key, value) in try c.decode(.serviceData, default: [String: HexBytes]()) {
+                guard let uuid = BluetoothUUID(key) else {
+                    throw DecodingError.dataCorruptedError(forKey: .serviceData, in: c, debugDescription: "\"\(key)\" is not a UUID")
+                }
+                serviceData[uuid] = value
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(address, forKey: .address)
+            try c.encode(addressType, forKey: .addressType)
+            try c.encodeIfPresent(name, forKey: .name)
+            try c.encode(rssi, forKey: .rssi)
+            try c.encode(rssiJitter, forKey: .rssiJitter)
+            try c.encodeIfPresent(txPower, forKey: .txPower)
+            try c.encode(connectable, forKey: .connectable)
+            try c.encode(advertisingIntervalMs, forKey: .advertisingIntervalMs)
+            try c.encode(advertisingFlags, forKey: .advertisingFlags)
+            try c.encode(uuids, forKey: .uuids)
+            try c.encode(Dictionary(uniqueKeysWithValues: manufacturerData.map { ("0x" + hex16($0.key), $0.value) }),
+                         forKey: .manufacturerData)
+            try c.encode(Dictionary(uniqueKeysWithValues: serviceData.map { ($0.key.uuidString, $0.value) }), forKey: .serviceData)
+            try c.encode(advertisingCounter, forKey: .advertisingCounter)
+            try c.encode(mtu, forKey: .mtu)
+            try c.encode(connectDelayMs, forKey: .connectDelayMs)
+            try c.encode(services, forKey: .services)
+            try c.encode(faults, forKey: .faults)
+        }
+    }
+
+    public struct Service: Codable, Sendable, Equatable {
+        public var uuid: BluetoothUUID
+        public var primary: Bool
+        /// The service declaration's handle; by default services follow each other from 0x000a
+        /// (0x0001-0x0009 being the GAP and GATT services a BlueZ peripheral has, which
+        /// bluetoothd does not export).
+        public var handle: Int?
+        public var characteristics: [Characteristic]
+
+        public init(uuid: BluetoothUUID, primary: Bool = true, handle: Int? = nil, characteristics: [Characteristic] = []) {
+            self.uuid = uuid
+            self.primary = primary
+            self.handle = handle
+            self.characteristics = characteristics
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case uuid, primary, handle, characteristics }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            uuid = try c.decode(BluetoothUUID.self, forKey: .uuid)
+            primary = try c.decode(.primary, default: true)
+            handle = try c.decodeInt(.handle, default: nil, in: 1...0xFFFF)
+            characteristics = try c.decode(.characteristics, default: [])
+        }
+    }
+
+    /// How a characteristic's value changes by itself.
+    public enum Generator: String, Codable, Sendable, CaseIterable {
+        /// `[0x06, bpm]`, bpm wandering in 60...90; notifies every tick (default 1 s).
+        case heartRate
+        /// One byte counting down by 1 per tick (default 5 s) from the initial value, back to
+        /// 100 after 0; notifies on every change.
+        case batteryDrain
+        /// A little-endian counter as wide as the initial value (4 bytes if empty), +1 per tick
+        /// (default 1 s); notifies on every change.
+        case counter
+    }
+
+    public struct Characteristic: Codable, Sendable, Equatable {
+        /// Server-side flag strings as BlueZ's GattCharacteristic1 documents them; bluetoothd
+        /// shows the central only the ATT properties they imply (encrypt-read → read).
+        public static let knownFlags = [
+            "broadcast", "read", "write-without-response", "write", "notify", "indicate", "authenticated-signed-writes",
+            "extended-properties", "reliable-write", "writable-auxiliaries", "encrypt-read", "encrypt-write",
+            "encrypt-notify", "encrypt-indicate", "encrypt-authenticated-read", "encrypt-authenticated-write",
+            "encrypt-authenticated-notify", "encrypt-authenticated-indicate", "secure-read", "secure-write",
+            "secure-notify", "secure-indicate", "authorize",
+        ]
+
+        public var uuid: BluetoothUUID
+        public var flags: [String]
+        public var value: HexBytes
+        public var generator: Generator?
+        /// Tick of the generator; without one, the current value is notified at this interval.
+        public var notifyIntervalMs: Int?
+        /// Every accepted write comes back as a notification (an HM-10 style serial port).
+        public var echo: Bool
+        /// When set, only these values may be written; others fail with `rejectCode`.
+        public var accept: [HexBytes]?
+        public var rejectCode: UInt8
+        public var descriptors: [Descriptor]
+
+        public init(uuid: BluetoothUUID, flags: [String], value: HexBytes = [], generator: Generator? = nil,
+                    notifyIntervalMs: Int? = nil, echo: Bool = false, accept: [HexBytes]? = nil, rejectCode: UInt8 = 0x80,
+                    descriptors: [Descriptor] = []) {
+            self.uuid = uuid
+            self.flags = flags
+            self.value = value
+            self.generator = generator
+            self.notifyIntervalMs = notifyIntervalMs
+            self.echo = echo
+            self.accept = accept
+            self.rejectCode = rejectCode
+            self.descriptors = descriptors
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case uuid, flags, value, text, generator, notifyIntervalMs, echo, accept, rejectCode, descriptors
+        }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            uuid = try c.decode(BluetoothUUID.self, forKey: .uuid)
+            flags = try c.decode(.flags, default: ["read"])
+            for flag in flags where !Self.knownFlags.contains(flag) {
+                throw DecodingError.dataCorruptedError(forKey: .flags, in: c,
+                    debugDescription: "unknown flag \"\(flag)\" (known: \(Self.knownFlags.joined(separator: ", ")))")
+            }
+            value = try decodeValue(c, value: .value, text: .text)
+            generator = try c.decodeIfPresent(Generator.self, forKey: .generator)
+            notifyIntervalMs = try c.decodeInt(.notifyIntervalMs, default: nil, in: 10...3_600_000)
+            echo = try c.decode(.echo, default: false)
+            accept = try c.decodeIfPresent([HexBytes].self, forKey: .accept)
+            let code = try c.decodeFlexibleInt(.rejectCode) ?? 0x80
+            guard let byte = UInt8(exactly: code), byte != 0 else {
+                throw DecodingError.dataCorruptedError(forKey: .rejectCode, in: c, debugDescription: "an ATT error code is 0x01...0xFF")
+            }
+            rejectCode = byte
+            descriptors = try c.decode(.descriptors, default: [])
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(uuid, forKey: .uuid)
+            try c.encode(flags, forKey: .flags)
+            try c.encode(value, forKey: .value)
+            try c.encodeIfPresent(generator, forKey: .generator)
+            try c.encodeIfPresent(notifyIntervalMs, forKey: .notifyIntervalMs)
+            try c.encode(echo, forKey: .echo)
+            try c.encodeIfPresent(accept, forKey: .accept)
+            try c.encode(Int(rejectCode), forKey: .rejectCode)
+            try c.encode(descriptors, forKey: .descriptors)
+        }
+    }
+
+    public struct Descriptor: Codable, Sendable, Equatable {
+        public static let knownFlags = [
+            "read", "write", "encrypt-read", "encrypt-write", "encrypt-authenticated-read",
+            "encrypt-authenticated-write", "secure-read", "secure-write", "authorize",
+        ]
+
+        public var uuid: BluetoothUUID
+        public var value: HexBytes
+        public var flags: [String]
+
+        public init(uuid: BluetoothUUID, value: HexBytes = [], flags: [String] = ["read"]) {
+            self.uuid = uuid
+            self.value = value
+            self.flags = flags
+        }
+
+        enum CodingKeys: String, CodingKey, CaseIterable { case uuid, value, text, flags }
+
+        public init(from decoder: any Decoder) throws {
+            try decoder.rejectUnknownKeys(CodingKeys.self)
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            uuid = try c.decode(BluetoothUUID.self, forKey: .uuid)
+            value = try decodeValue(c, value: .value, text: .text)
+            flags = try c.decode(.flags, default: ["read"])
+            for flag in flags where !Self.knownFlags.contains(flag) {
+                throw DecodingError.dataCorruptedError(forKey: .flags, in: c,
+                    debugDescription: "unknown flag \"\(flag)\" (known: \(Self.knownFlags.joined(separator: ", ")))")
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(uuid, forKey: .uuid)
+            try c.encode(value, forKey: .value)
+            try c.encode(flags, forKey: .flags)
+        }
+    }
+}
+
+/// `value` (hex) or `text` (UTF-8), not both.
+private func decodeValue<K: CodingKey>(_ c: KeyedDecodingContainer<K>, value: K, text: K) throws -> HexBytes {
+    if c.contains(value) && c.contains(text) {
+        throw DecodingError.dataCorruptedError(forKey: text, in: c, debugDescription: "give either \"value\" (hex) or \"text\", not both")
+    }
+    if let t = try c.decodeIfPresent(String.self, forKey: text) { return HexBytes(Array(t.utf8)) }
+    return try c.decode(value, default: [])
+}
+
+func hex16(_ n: UInt16) -> String {
+    let digits = Array("0123456789ABCDEF")
+    return String((0..<4).reversed().map { digits[Int(n >> (UInt16($0) * 4)) & 0xF] })
+}
