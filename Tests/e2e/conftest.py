@@ -1,0 +1,121 @@
+"""End-to-end fixtures: a real `gattway --simulate` process, talked to over HTTP."""
+import json
+import os
+import re
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def binary(name):
+    path = os.environ.get("GATTWAY_BIN_DIR", os.path.join(ROOT, ".build", "debug"))
+    exe = os.path.join(path, name)
+    if not os.path.exists(exe):
+        pytest.fail(f"{exe} not found: build first (swift build) or set GATTWAY_BIN_DIR")
+    return exe
+
+
+class Gateway:
+    """A running gattway; `base` is its URL. Its log lines are kept in `log`."""
+
+    def __init__(self, args):
+        self.log = []
+        self.proc = subprocess.Popen([binary("gattway"), "--listen", "127.0.0.1:0", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        listening = threading.Event()
+        self.base = None
+
+        def reader():
+            for line in self.proc.stderr:
+                self.log.append(line.rstrip())
+                m = re.search(r"listening on (http://\S+)", line)
+                if m:
+                    self.base = m.group(1)
+                    listening.set()
+            listening.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        if not listening.wait(30) or self.base is None:
+            self.stop()
+            pytest.fail("gattway did not start:\n" + "\n".join(self.log))
+
+    @property
+    def bus(self):
+        """The simulator's bus (from the log line `... DBUS_SYSTEM_BUS_ADDRESS=...`)."""
+        for line in self.log:
+            m = re.search(r"DBUS_SYSTEM_BUS_ADDRESS=(\S+)", line)
+            if m:
+                return m.group(1)
+        pytest.fail("no simulator bus in the log")
+
+    def simulator(self, method, *args):
+        """Calls the simulator's control interface (io.gattway.Simulator1) with dbus-send."""
+        cmd = ["dbus-send", "--bus=" + self.bus, "--print-reply", "--dest=org.bluez",
+               "/io/gattway/simulator", "io.gattway.Simulator1." + method, *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def call_count(self, member, path):
+        out = self.simulator("CallCount", "string:" + member, "string:" + path)
+        return int(out.strip().split()[-1])
+
+    def discover(self, *addresses, timeout=5.0):
+        """Scans until every address is listed."""
+        status, body, _ = self.post("/v1/scan", {})
+        assert status == 200, body
+        ok = wait_for(lambda: set(addresses) <= {d["id"] for d in self.get("/v1/devices")[1]["devices"]}, timeout)
+        assert ok, f"{addresses} not discovered"
+
+    def request(self, method, path, body=None, raw=None, headers=None):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read() or b"null"), dict(resp.headers)
+        except urllib.error.HTTPError as e:
+            payload = e.read()
+            return e.code, json.loads(payload) if payload else None, dict(e.headers)
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def delete(self, path):
+        return self.request("DELETE", path)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def gateway():
+    gw = Gateway(["--simulate"])
+    yield gw
+    gw.stop()
+
+
+def wait_for(predicate, timeout, interval=0.1):
+    """Polls an HTTP-observable condition (the REST API has no push yet) until it holds."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
