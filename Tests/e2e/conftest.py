@@ -23,10 +23,11 @@ def binary(name):
 class Gateway:
     """A running gattway; `base` is its URL. Its log lines are kept in `log`."""
 
-    def __init__(self, args):
+    def __init__(self, args, env=None):
         self.log = []
         self.proc = subprocess.Popen([binary("gattway"), "--listen", "127.0.0.1:0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
         listening = threading.Event()
         self.base = None
 

@@ -1,0 +1,46 @@
+"""What the same scenario expects of each target: the built-in simulator, or real BlueZ in the
+realbluez VM (../shared/realbluez: hci0 is ours, hci1 runs the RB-Periph peripheral)."""
+import os
+
+SIM = {
+    "name": "simulator",
+    "args": ["--simulate"],
+    "env": {},
+    "heart_rate": "F0:00:00:00:00:01",
+    "battery": "F0:00:00:00:00:01",
+    "info": "F0:00:00:00:00:01",
+    "manufacturer": "gattway simulator",
+    "serial": "F0:00:00:00:00:02",
+    "secure": "F0:00:00:00:00:03",
+    "duplicated_180a": "F0:00:00:00:00:02",
+    "connect_timeout": 10,
+}
+
+
+def realbluez():
+    env_file = os.environ.get("RB_ENV", "/tmp/realbluez/env")
+    env = {}
+    with open(env_file) as f:
+        for line in f:
+            line = line.strip().removeprefix("export ")
+            if "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                env[key] = value.strip("'\"")
+    periph = env.get("RB_PERIPHERAL_ADDRESS", "00:AA:01:01:00:01")
+    return {
+        "name": "realbluez",
+        "args": ["--adapter", env.get("RB_CENTRAL_ADAPTER", "hci0")],
+        "env": {"DBUS_SYSTEM_BUS_ADDRESS": env["DBUS_SYSTEM_BUS_ADDRESS"]},
+        "heart_rate": periph,
+        "battery": periph,
+        "info": periph,
+        "manufacturer": "RealBlueZ Emulated Devices",
+        "serial": periph,
+        "secure": periph,
+        "duplicated_180a": periph,
+        "connect_timeout": 20,
+    }
+
+
+def current():
+    return realbluez() if os.environ.get("GATTWAY_TARGET") == "realbluez" else SIM
