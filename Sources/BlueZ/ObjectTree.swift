@@ -72,8 +72,11 @@ final class ObjectTree: Sendable {
     func refresh(_ path: ObjectPath, _ interface: String, _ props: [String: Value]) {
         let change = state.withLock { s -> Change? in
             guard s.objects[path] != nil else { return nil }
-            s.objects[path]?[interface, default: [:]].merge(props) { _, new in new }
-            return .properties(path, interface: interface, changed: props, invalidated: [])
+            let old = s.objects[path]?[interface] ?? [:]
+            let changed = props.filter { old[$0.key] != $0.value }
+            guard !changed.isEmpty else { return nil }
+            s.objects[path]?[interface, default: [:]].merge(changed) { _, new in new }
+            return .properties(path, interface: interface, changed: changed, invalidated: [])
         }
         if let change { observer(change) }
     }

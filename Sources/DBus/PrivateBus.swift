@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// A `dbus-daemon` of our own, listening on `<directory>/system_bus_socket` with an allow-all
 /// policy: for the simulator, demos and tests. Mounting `directory` as `/run/dbus` in a
@@ -7,6 +8,7 @@ public final class PrivateBus: Sendable {
     public let address: String
     public let directory: String
     private let pid: pid_t
+    private let stopped = Atomic<Bool>(false)
 
     /// Starts the daemon and waits until it prints its address.
     public init(daemon: String = "dbus-daemon") throws(BusError) {
@@ -48,6 +50,8 @@ public final class PrivateBus: Sendable {
         posix_spawn_file_actions_init(&actions)
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
         posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
+        // Unprivileged, it warns that it cannot raise its fd limit; nothing else goes to stderr.
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         // The child must not inherit a blocked SIGTERM (signal handling via Dispatch blocks it).
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -89,6 +93,8 @@ public final class PrivateBus: Sendable {
 
     /// Stops the daemon and removes its directory.
     public func stop() {
+        // Once only: a second SIGTERM could reach a reused pid.
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         kill(pid, SIGTERM)
         var status: Int32 = 0
         waitpid(pid, &status, 0)

@@ -48,7 +48,8 @@ enum Interface {
         properties: [("PropertiesChanged", "sa{sv}as")],
     ]
 
-    /// Every property bluetoothd 5.66 can export (without --experimental), in its order.
+    /// Every property bluetoothd 5.66 declares (without --experimental), in its order; an
+    /// object shows only those that exist for it (Name only when known, MTU only while connected...).
     static let propertyTable: [String: [Property]] = [
         adapter: [
             Property(name: "Address", type: "s", writable: false), Property(name: "AddressType", type: "s", writable: false),
@@ -62,14 +63,16 @@ enum Interface {
         device: [
             Property(name: "Address", type: "s", writable: false), Property(name: "AddressType", type: "s", writable: false),
             Property(name: "Name", type: "s", writable: false), Property(name: "Alias", type: "s", writable: true),
-            Property(name: "Appearance", type: "q", writable: false),
+            Property(name: "Class", type: "u", writable: false), Property(name: "Appearance", type: "q", writable: false),
+            Property(name: "Icon", type: "s", writable: false),
             Property(name: "Paired", type: "b", writable: false), Property(name: "Bonded", type: "b", writable: false),
             Property(name: "Trusted", type: "b", writable: true), Property(name: "Blocked", type: "b", writable: true),
             Property(name: "LegacyPairing", type: "b", writable: false), Property(name: "RSSI", type: "n", writable: false),
             Property(name: "Connected", type: "b", writable: false), Property(name: "UUIDs", type: "as", writable: false),
+            Property(name: "Modalias", type: "s", writable: false),
             Property(name: "Adapter", type: "o", writable: false), Property(name: "ManufacturerData", type: "a{qv}", writable: false),
             Property(name: "ServiceData", type: "a{sv}", writable: false), Property(name: "TxPower", type: "n", writable: false),
-            Property(name: "ServicesResolved", type: "b", writable: false), Property(name: "AdvertisingFlags", type: "ay", writable: false),
+            Property(name: "ServicesResolved", type: "b", writable: false), Property(name: "WakeAllowed", type: "b", writable: true),
         ],
         service: [
             Property(name: "UUID", type: "s", writable: false), Property(name: "Device", type: "o", writable: false),

@@ -18,8 +18,7 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
             return ConfigurationError("\(render(context.codingPath)): expected \(typeName(type)), found null")
         case .dataCorrupted(let context):
             if context.codingPath.isEmpty {
-                let detail = context.underlyingError.map { " (\($0))" } ?? ""
-                return ConfigurationError("not valid JSON: \(context.debugDescription)\(detail)")
+                return ConfigurationError("not valid JSON" + (context.underlyingError.map { ": \($0)" } ?? ""))
             }
             return ConfigurationError("\(render(context.codingPath)): \(context.debugDescription)")
         @unknown default:

@@ -228,7 +228,8 @@ extension Engine {
             }
         }
         powered = on
-        propertiesChanged(.adapter, Interface.adapter, ["Powered"])
+        // bluetoothd answers when the kernel confirms, then signals the new settings.
         reply(call)
+        propertiesChanged(.adapter, Interface.adapter, ["Powered"])
     }
 }

@@ -116,6 +116,9 @@ extension Engine {
             reply(call)
         }
         let table = devices[d].table
+        // bluez#1489: on a first connection ServicesResolved can come before the objects.
+        let early = devices[d].faults.servicesResolvedEarly && !devices[d].gattExported
+        if early { resolveServices(d) }
         if !devices[d].gattExported {
             devices[d].gattExported = true
             for (s, service) in table.services.enumerated() {
@@ -135,10 +138,21 @@ extension Engine {
                 propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
             }
         }
+        if !early { resolveServices(d) }
+        if let ms = devices[d].faults.dropLinkAfterMs {
+            tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
+        }
+        if devices[d].pairing != nil { startPairing(d) }
+    }
+
+    /// UUIDs becomes the primary services (first time), then ServicesResolved=true.
+    private func resolveServices(_ d: Int) {
         if !devices[d].servicesResolvedOnce {
             devices[d].servicesResolvedOnce = true
             var primaries: [BluetoothUUID] = []
-            for service in table.services where service.primary && !primaries.contains(service.uuid) { primaries.append(service.uuid) }
+            for service in devices[d].table.services where service.primary && !primaries.contains(service.uuid) {
+                primaries.append(service.uuid)
+            }
             let uuids = primaries.sorted { $0.uuidString < $1.uuidString }
             if uuids != devices[d].uuids {
                 devices[d].uuids = uuids
@@ -147,10 +161,6 @@ extension Engine {
         }
         devices[d].servicesResolved = true
         propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
-        if let ms = devices[d].faults.dropLinkAfterMs {
-            tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
-        }
-        if devices[d].pairing != nil { startPairing(d) }
     }
 
     private func disconnect(_ d: Int, call: Message) {

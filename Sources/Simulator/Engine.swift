@@ -385,45 +385,49 @@ actor Engine {
         }
     }
 
+    /// Properties.Set: gdbus answers at once and signals the change afterwards.
     private func setProperty(_ call: Message, _ ref: ObjectRef, _ name: String, _ value: Value) {
+        var changed: [String] = []
         switch (ref, name) {
-        case (.adapter, "Powered"): setPowered(value.bool ?? true, call: call)
+        case (.adapter, "Powered"):
+            return setPowered(value.bool ?? true, call: call)
         case (.adapter, "Alias"):
             let alias = value.string ?? ""
             adapterAlias = alias.isEmpty ? nil : alias
-            propertiesChanged(.adapter, Interface.adapter, ["Alias"])
-            reply(call)
-        case (.adapter, "Discoverable"), (.adapter, "Pairable"):
-            guard powered else { return fail(call, BusError(name: "org.bluez.Error.Failed", message: "Not Powered")) }
-            if name == "Discoverable" { discoverable = value.bool ?? false } else { pairable = value.bool ?? false }
-            propertiesChanged(.adapter, Interface.adapter, [name])
-            reply(call)
-        case (.adapter, "DiscoverableTimeout"), (.adapter, "PairableTimeout"):
-            let n = UInt32(value.integer ?? 0)
-            if name == "DiscoverableTimeout" { discoverableTimeout = n } else { pairableTimeout = n }
-            propertiesChanged(.adapter, Interface.adapter, [name])
-            reply(call)
+            changed = [name]
+        case (.adapter, "Discoverable"):
+            discoverable = value.bool ?? false
+            changed = [name]
+        case (.adapter, "Pairable"):
+            pairable = value.bool ?? false
+            changed = [name]
+        case (.adapter, "DiscoverableTimeout"):
+            discoverableTimeout = UInt32(value.integer ?? 0)
+            changed = [name]
+        case (.adapter, "PairableTimeout"):
+            pairableTimeout = UInt32(value.integer ?? 0)
+            changed = [name]
         case (.device(let d), "Alias"):
             let alias = value.string ?? ""
             let new: String? = alias.isEmpty ? nil : alias
             if new != devices[d].alias {
                 devices[d].alias = new
-                propertiesChanged(.device(d), Interface.device, ["Alias"])
+                changed = [name]
             }
-            reply(call)
         case (.device(let d), "Trusted"):
             let trusted = value.bool ?? false
             if trusted != devices[d].trusted {
                 devices[d].trusted = trusted
-                propertiesChanged(.device(d), Interface.device, ["Trusted"])
+                changed = [name]
             }
-            reply(call)
         case (.device(let d), "Blocked"):
-            setBlocked(d, value.bool ?? false)
             reply(call)
+            return setBlocked(d, value.bool ?? false)
         default:
-            fail(call, BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "No such property '\(name)'"))
+            return fail(call, BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "No such property '\(name)'"))
         }
+        reply(call)
+        if !changed.isEmpty { propertiesChanged(ref, ref == .adapter ? Interface.adapter : Interface.device, changed) }
     }
 }
 

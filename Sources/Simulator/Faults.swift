@@ -11,7 +11,7 @@ extension SimulatorConfiguration {
     /// { "connectError": { "name": "org.bluez.Error.Failed", "message": "le-connection-abort-by-remote",
     ///                     "count": 2, "linkEstablished": false },
     ///   "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
-    ///   "outOfRange": true, "dropLinkAfterMs": 2000,
+    ///   "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
     ///   "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
     ///                  { "handle": 13, "code": 3 } ] }
     /// ```
@@ -25,6 +25,9 @@ extension SimulatorConfiguration {
         /// The Connected=true PropertiesChanged is never sent although Properties.Get says true
         /// (seen on real bluetoothd: "already connected").
         public var suppressConnectedSignal: Bool
+        /// On the first connection ServicesResolved=true comes before the GATT objects are
+        /// exported (upstream bluez#1489, seen on real bluetoothd).
+        public var servicesResolvedEarly: Bool
         /// The device stops advertising; a connected link is lost; Connect hangs until
         /// `adapter.connectTimeoutMs`, then fails with "le-connection-abort-by-local".
         public var outOfRange: Bool
@@ -34,19 +37,21 @@ extension SimulatorConfiguration {
         public var attErrors: [ATTError]
 
         public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
-                    suppressConnectedSignal: Bool = false, outOfRange: Bool = false, dropLinkAfterMs: Int? = nil,
+                    suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, dropLinkAfterMs: Int? = nil,
                     attErrors: [ATTError] = []) {
             self.connectError = connectError
             self.connectDelayMs = connectDelayMs
             self.responseDelayMs = responseDelayMs
             self.suppressConnectedSignal = suppressConnectedSignal
+            self.servicesResolvedEarly = servicesResolvedEarly
             self.outOfRange = outOfRange
             self.dropLinkAfterMs = dropLinkAfterMs
             self.attErrors = attErrors
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, outOfRange, dropLinkAfterMs, attErrors
+            case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange
+            case dropLinkAfterMs, attErrors
         }
 
         public init(from decoder: any Decoder) throws {
@@ -56,6 +61,7 @@ extension SimulatorConfiguration {
             connectDelayMs = try c.decodeInt(.connectDelayMs, default: nil, in: 0...600_000)
             responseDelayMs = try c.decodeInt(.responseDelayMs, default: nil, in: 0...600_000)
             suppressConnectedSignal = try c.decode(.suppressConnectedSignal, default: false)
+            servicesResolvedEarly = try c.decode(.servicesResolvedEarly, default: false)
             outOfRange = try c.decode(.outOfRange, default: false)
             dropLinkAfterMs = try c.decodeInt(.dropLinkAfterMs, default: nil, in: 0...86_400_000)
             attErrors = try c.decode(.attErrors, default: [])

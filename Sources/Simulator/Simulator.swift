@@ -41,6 +41,16 @@ public final class Simulator: Sendable {
         guard let stream = messages.withLock({ s -> AsyncStream<Message>? in defer { s = nil }; return s }) else {
             throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "the simulator was already started")
         }
+        do {
+            try await serve(stream)
+        } catch {
+            stop()
+            throw error
+        }
+        log("serving org.bluez as \(connection.uniqueName)")
+    }
+
+    private func serve(_ stream: AsyncStream<Message>) async throws {
         let engine = engine
         tasks.spawn {
             for await message in stream { await engine.handle(message) }
@@ -59,7 +69,6 @@ public final class Simulator: Sendable {
         await engine.start()
         try await connection.requestName("org.bluez")
         await engine.announce()
-        log("serving org.bluez as \(connection.uniqueName)")
     }
 
     /// Stops every timer and pending reply and stops answering calls. The connection stays

@@ -1,5 +1,6 @@
 import BLE
 import FoundationEssentials
+import Glibc
 
 /// What the simulator pretends to be: one adapter (hci0) and the peripherals around it.
 ///
@@ -42,14 +43,20 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
 
     /// Reads and checks a JSON configuration file.
     public static func load(path: String) throws -> SimulatorConfiguration {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError("cannot read \(path): \(error)")
+        guard let file = fopen(path, "rb") else {
+            throw ConfigurationError("cannot read \(path): \(String(cString: strerror(errno)))")
         }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = fread(&buffer, 1, buffer.count, file)
+            bytes += buffer[..<n]
+            if n < buffer.count { break }
+        }
+        guard ferror(file) == 0 else { throw ConfigurationError("cannot read \(path): \(String(cString: strerror(errno)))") }
         do {
-            return try decode(data)
+            return try decode(Data(bytes))
         } catch {
             throw ConfigurationError("\(path): \(error.message)")
         }

@@ -58,7 +58,7 @@ let usage = """
       { "connectError": { "name": "org.bluez.Error.Failed",
                           "message": "le-connection-abort-by-remote", "count": 2 },
         "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
-        "outOfRange": true, "dropLinkAfterMs": 2000,
+        "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
         "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
                        { "handle": 13, "operation": "any", "code": 3 } ] }
 

@@ -1,0 +1,83 @@
+import BLE
+import DBus
+import FoundationEssentials
+import Testing
+@testable import Simulator
+
+struct ConfigurationTests {
+    @Test func theBuiltInSetIsValidAndRoundTrips() throws {
+        try SimulatorConfiguration.builtIn.validate()
+        #expect(SimulatorConfiguration.builtIn.devices.map(\.address.description) == [
+            "F0:00:00:00:00:01", "F0:00:00:00:00:02", "F0:00:00:00:00:03", "F0:00:00:00:00:04", "F0:00:00:00:00:05",
+        ])
+        let json = try JSONEncoder().encode(SimulatorConfiguration.builtIn)
+        #expect(try SimulatorConfiguration.decode(json) == .builtIn)
+    }
+
+    @Test func aMinimalFileGetsDefaults() throws {
+        let configuration = try SimulatorConfiguration.decode(Data("""
+            { "devices": [ { "address": "aa:bb:cc:dd:ee:ff", "services": [ { "uuid": "181A",
+              "characteristics": [ { "uuid": "2A6E", "text": "hi" } ] } ] } ] }
+            """.utf8))
+        let device = try #require(configuration.devices.first)
+        #expect(device.address.description == "AA:BB:CC:DD:EE:FF")
+        #expect(device.connectable && device.mtu == 247 && device.rssi == -60)
+        #expect(device.services[0].characteristics[0].flags == ["read"])
+        #expect(device.services[0].characteristics[0].value.bytes == Array("hi".utf8))
+        #expect(configuration.adapter.name == "gattway-sim")
+    }
+
+    @Test("mistakes are reported with their place in the document", arguments: [
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "connectible": false}]}"#, "devices[0].connectible: unknown key"),
+        (#"{"devices": [{"name": "x"}]}"#, "devices[0].address: required key is missing"),
+        (#"{"devices": [{"address": "F0:00"}]}"#, "devices[0].address: invalid Bluetooth address"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "rssi": 50}]}"#, "devices[0].rssi: 50 is out of range -127...20"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "flags": ["notfiy"]}]}]}]}"#,
+         "devices[0].services[0].characteristics[0].flags: unknown flag \"notfiy\""),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "manufacturerData": {"apple": "00"}}]}"#, "company id \"apple\""),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "services": [{"uuid": "180D", "characteristics": [{"uuid": "2A37", "value": "0g"}]}]}]}"#,
+         "devices[0].services[0].characteristics[0].value: invalid hex value"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01"}, {"address": "f0:00:00:00:00:01"}]}"#, "devices[1].address: F0:00:00:00:00:01 appears twice"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "services": [{"uuid": "180D", "generator": "x"}]}]}"#, "devices[0].services[0].generator: unknown key"),
+        (#"{"devices": [}"#, "not valid JSON"),
+        (#"{"adapter": {"powered": "yes"}}"#, "adapter.powered: expected true or false"),
+    ])
+    func errors(json: String, expected: String) {
+        do {
+            _ = try SimulatorConfiguration.decode(Data(json.utf8))
+            Issue.record("accepted: \(json)")
+        } catch {
+            #expect(error.message.contains(expected), "\(error.message)")
+        }
+    }
+
+    @Test func handlesFollowAGATTServerLayout() throws {
+        let device = SimulatorConfiguration.builtIn.devices[0]
+        let table = AttributeTable(device, path: ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!)
+        #expect(table.services.map(\.handle) == [0x0A, 0x12, 0x16])
+        #expect(table.characteristics.map(\.handle) == [0x0B, 0x0E, 0x10, 0x13, 0x17, 0x19, 0x1B, 0x1D])
+        #expect(table.descriptors.map(\.handle) == [0x0D, 0x15])
+        #expect(table.characteristics[0].valueHandle == 0x0C)
+    }
+
+    @Test("a server adds the extended properties descriptor and the CCCD; Flags show ATT properties")
+    func automaticDescriptors() throws {
+        let configuration = try SimulatorConfiguration.decode(Data("""
+            { "devices": [ { "address": "AA:BB:CC:DD:EE:FF", "services": [ { "uuid": "1234", "handle": 32,
+              "characteristics": [ { "uuid": "5678", "flags": ["encrypt-read", "indicate", "reliable-write"],
+                                     "descriptors": [ { "uuid": "2901", "text": "x" } ] } ] } ] } ] }
+            """.utf8))
+        let table = AttributeTable(configuration.devices[0], path: ObjectPath("/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF")!)
+        #expect(table.services[0].handle == 0x20)
+        #expect(table.characteristics[0].flags == ["read", "indicate", "extended-properties", "reliable-write"])
+        #expect(table.characteristics[0].read.security == .encrypted)
+        #expect(table.characteristics[0].write.allowed)
+        #expect(table.descriptors.map(\.uuid) == [BluetoothUUID("2900")!, BluetoothUUID("2902")!, BluetoothUUID("2901")!])
+        #expect(table.descriptors.map(\.handle) == [0x23, 0x24, 0x25])
+        #expect(table.characteristics[0].subscriptionValue == [2, 0])
+    }
+
+    @Test func loadNamesTheFile() {
+        #expect(throws: ConfigurationError.self) { try SimulatorConfiguration.load(path: "/nonexistent/sim.json") }
+    }
+}
