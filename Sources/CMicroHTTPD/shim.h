@@ -1,5 +1,6 @@
 // libmicrohttpd for Swift. MHD_start_daemon and MHD_upgrade_action are variadic, and
 // MHD_SIZE_UNKNOWN is a macro: Swift cannot call or import them, so these `gw_` wrappers can.
+// GnuTLS (which libmicrohttpd links anyway) provides the SHA-1 of the WebSocket handshake.
 #ifndef GATTWAY_CMICROHTTPD_SHIM_H
 #define GATTWAY_CMICROHTTPD_SHIM_H
 #include <stdint.h>
@@ -7,9 +8,16 @@
 #include <stdarg.h>
 #include <sys/types.h>
 #include <sys/socket.h>
+// Not in Swift's Glibc module; the WebSocket socket loop uses them.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <microhttpd.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
 
 static const uint64_t GW_MHD_SIZE_UNKNOWN = MHD_SIZE_UNKNOWN;
+static const ssize_t GW_MHD_CONTENT_READER_END_OF_STREAM = MHD_CONTENT_READER_END_OF_STREAM;
+static const ssize_t GW_MHD_CONTENT_READER_END_WITH_ERROR = MHD_CONTENT_READER_END_WITH_ERROR;
 
 /// Starts a daemon with an MHD_OPTION_END-terminated option array.
 static inline struct MHD_Daemon *gw_mhd_start(unsigned int flags, uint16_t port,
@@ -36,6 +44,18 @@ static inline const struct sockaddr *gw_mhd_client_address(struct MHD_Connection
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     return info ? info->client_addr : NULL;
+}
+
+/// The socket of a connection, or -1. MHD_get_connection_info is variadic.
+static inline int gw_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
+/// SHA-1 of `size` bytes into `digest` (20 bytes); 0 on success.
+static inline int gw_sha1(const void *data, size_t size, unsigned char *digest) {
+    return gnutls_hash_fast(GNUTLS_DIG_SHA1, data, size, digest);
 }
 
 #endif

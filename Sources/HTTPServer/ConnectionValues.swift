@@ -3,7 +3,8 @@ import CMicroHTTPD
 extension ServerCore {
     /// The complete request as handlers see it, read from MHD on the I/O thread.
     func readRequest(
-        connection: OpaquePointer, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?, body: [UInt8]
+        connection: OpaquePointer, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
+        version: UnsafePointer<CChar>?, body: [UInt8]
     ) -> Result<Request, ServerError> {
         let rawPath = url.map { String(cString: $0) } ?? ""
         guard let segments = RequestTarget.decodePath(rawPath) else {
@@ -24,7 +25,8 @@ extension ServerCore {
             queryItems: queryItems,
             headers: headers,
             body: body,
-            remoteAddress: gw_mhd_client_address(connection).map(describePeer) ?? ""))
+            remoteAddress: gw_mhd_client_address(connection).map(describePeer) ?? "",
+            httpVersion: version.map { String(cString: $0) } ?? ""))
     }
 }
 

@@ -18,6 +18,8 @@ public struct Request: Sendable {
     public var pathParameters: [String: String]
     /// The peer as `address:port` (`[address]:port` for IPv6), or "" when unknown.
     public let remoteAddress: String
+    /// As in the request line, e.g. `HTTP/1.1`.
+    public let httpVersion: String
 
     /// A request built in code (tests, in-process routing). `path` is already decoded and is split
     /// at every `/`.
@@ -27,7 +29,8 @@ public struct Request: Sendable {
         queryItems: [(name: String, value: String)] = [],
         headers: [String: String] = [:],
         body: [UInt8] = [],
-        remoteAddress: String = ""
+        remoteAddress: String = "",
+        httpVersion: String = "HTTP/1.1"
     ) {
         self.init(
             method: method,
@@ -35,7 +38,8 @@ public struct Request: Sendable {
             queryItems: queryItems,
             headers: headers.map { (name: $0.key, value: $0.value) },
             body: body,
-            remoteAddress: remoteAddress)
+            remoteAddress: remoteAddress,
+            httpVersion: httpVersion)
     }
 
     init(
@@ -44,7 +48,8 @@ public struct Request: Sendable {
         queryItems: [(name: String, value: String)],
         headers: [(name: String, value: String)],
         body: [UInt8],
-        remoteAddress: String
+        remoteAddress: String,
+        httpVersion: String = "HTTP/1.1"
     ) {
         self.method = method.uppercased()
         self.pathSegments = pathSegments
@@ -56,6 +61,7 @@ public struct Request: Sendable {
         self.body = body
         self.pathParameters = [:]
         self.remoteAddress = remoteAddress
+        self.httpVersion = httpVersion
     }
 
     /// The value of a header field, by case-insensitive name.

@@ -75,4 +75,14 @@ final class RequestContext: Sendable {
     func answer(_ response: Response) {
         state.withLock { $0.phase = .answered(response) }
     }
+
+    /// The WebSocket the handler answered with, for MHD's upgrade callback.
+    var webSocketUpgrade: WebSocketUpgrade? {
+        state.withLock { state in
+            guard case .answered(let response) = state.phase, case .webSocket(let upgrade) = response.kind else {
+                return nil
+            }
+            return upgrade
+        }
+    }
 }

@@ -32,7 +32,8 @@ public final class Router: Sendable {
 
     /// Runs the matching handler. Unknown path: `.notFound`. Path known for other methods only:
     /// `.methodNotAllowed` with an `Allow` header. `HEAD` without its own route runs the `GET`
-    /// route and drops the body.
+    /// route and drops the body. Errors a handler's response leaves to the router (a refused
+    /// WebSocket upgrade) are rendered by `errorResponder`.
     public func handle(_ request: Request) async -> Response {
         let routes = self.routes.withLock { $0 }
         let matches = routes.compactMap { route in
@@ -66,7 +67,7 @@ public final class Router: Sendable {
         guard let best = candidates.min(by: { $0.route.isMoreSpecific(than: $1.route) }) else { return nil }
         var routed = request
         routed.pathParameters = best.parameters
-        return await best.route.handler(routed)
+        return await best.route.handler(routed).rendered(by: errorResponder)
     }
 
     private static func parse(_ pattern: String) -> [Route.Segment] {

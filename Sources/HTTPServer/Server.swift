@@ -6,6 +6,11 @@ import CMicroHTTPD
 /// suspended and `handler` runs in its own `Task`; when the handler returns, the connection is
 /// resumed and the response sent. So a slow handler holds its connection, never the I/O thread, and
 /// the number of handlers in flight is bounded by `connectionLimit`.
+///
+/// A streamed response (`Response.stream`) is sent by the same thread, its connection suspended
+/// whenever its buffer is empty. Upgraded connections (`Response.webSocket`) leave MHD's thread for
+/// a second one, started on first use, that does the socket I/O of all WebSockets (and watches
+/// suspended streams for clients that hang up).
 public final class Server: Sendable {
     /// The host the server listens on, as given.
     public let host: String
@@ -50,7 +55,9 @@ public final class Server: Sendable {
 
     /// Stops serving at once: connections waiting for a handler are resumed and closed (usually
     /// without a response; a 503 if MHD gets to them first), their handlers run on and their
-    /// responses are dropped; then the daemon and its thread stop and the port is released.
+    /// responses are dropped; open streams end (`onClose` runs); WebSockets get a close frame with
+    /// 1001 and are closed without waiting for the answer; then the daemon and its threads stop
+    /// and the port is released.
     /// Idempotent; also done on deinit. Must not be called from `errorResponder` or `log`, which
     /// run on the I/O thread this call waits for.
     public func stop() {

@@ -8,14 +8,16 @@ let discardAllowance = 1 << 20
 
 /// What the I/O thread (through the callbacks' `cls`) and the handler tasks share.
 ///
-/// Locking, in one paragraph: `lifecycle` holds the daemon pointer, the stopping flag and the
-/// requests whose connection is suspended. `MHD_suspend_connection`, `MHD_resume_connection` and
-/// the hand-over of the daemon to `MHD_stop_daemon` happen only while holding it, so a resume
-/// never races the stop, every suspended connection is resumed exactly once, and none is left
-/// suspended when the daemon stops (MHD aborts then). The order is `lifecycle` → MHD's internal
-/// mutex; MHD may call NOTIFY_COMPLETED and the logger with that mutex held, so those two callbacks
-/// take no lock but the leaf `startupMessages`. `RequestContext.state` is never held while taking
-/// another lock.
+/// Locking, in one paragraph: `lifecycle` holds the daemon pointer, the stopping flag, the socket
+/// loop and the connections that are suspended (waiting for a handler, or a stream waiting for
+/// bytes). `MHD_suspend_connection`, `MHD_resume_connection` and the hand-over of the daemon to
+/// `MHD_stop_daemon` happen only while holding it, so a resume never races the stop, every
+/// suspended connection is resumed exactly once, and none is left suspended when the daemon stops
+/// (MHD aborts then). The order is `lifecycle` → `StreamBody.state` and `lifecycle` → MHD's
+/// internal mutex; MHD may call NOTIFY_COMPLETED, the logger and the stream free callback with
+/// that mutex held, so those callbacks take no lock but leaves (`startupMessages`,
+/// `StreamBody.state`). `RequestContext.state`, `StreamBody.state` and the WebSocket locks are
+/// leaves: never held while taking another lock.
 final class ServerCore: Sendable {
     let maxBodyBytes: Int
     let log: (@Sendable (String) -> Void)?
@@ -25,7 +27,17 @@ final class ServerCore: Sendable {
     private struct Lifecycle {
         var daemon: MHDHandle?
         var stopping = false
-        var suspended: [ObjectIdentifier: RequestContext] = [:]
+        /// By the `RequestContext` or `StreamBody` that suspended the connection.
+        var suspended: [ObjectIdentifier: Suspension] = [:]
+        /// Started by the first upgrade or stream suspension; nil again once stopping.
+        var loop: SocketLoop?
+    }
+
+    private struct Suspension {
+        let connection: MHDHandle
+        /// A stream waiting for bytes, with the socket loop's hang-up watch on its connection.
+        var stream: StreamBody?
+        var watch: SocketLoop.Watch?
     }
 
     private let lifecycle = Mutex(Lifecycle())
@@ -82,19 +94,34 @@ final class ServerCore: Sendable {
     }
 
     func stop() {
-        let daemon = lifecycle.withLock { state -> MHDHandle? in
-            guard !state.stopping else { return nil }
+        let (daemon, loop) = lifecycle.withLock { state -> (MHDHandle?, SocketLoop?) in
+            guard !state.stopping else { return (nil, nil) }
             state.stopping = true
-            for context in state.suspended.values {
-                MHD_resume_connection(context.connection.pointer)
+            for suspension in state.suspended.values {
+                if let watch = suspension.watch { state.loop?.unwatch(watch) }
+                MHD_resume_connection(suspension.connection.pointer)
             }
             state.suspended.removeAll()
-            let daemon = state.daemon
-            state.daemon = nil
-            return daemon
+            defer { (state.daemon, state.loop) = (nil, nil) }
+            return (state.daemon, state.loop)
         }
-        // Outside the lock: this joins the I/O thread, which may be waiting for it.
+        // Outside the lock: these join threads that may be waiting for it. WebSockets are closed
+        // (1001) before the daemon stops, as MHD wants upgraded connections closed first.
+        loop?.shutDown()
         if let daemon { MHD_stop_daemon(daemon.pointer) }
+    }
+
+    /// The socket loop, started on first use; nil once stopping or if it cannot start.
+    private func socketLoop(_ state: inout Lifecycle) -> SocketLoop? {
+        guard !state.stopping else { return nil }
+        if state.loop == nil {
+            do {
+                state.loop = try SocketLoop { [weak self] token in self?.clientHungUp(token) }
+            } catch {
+                log?("cannot start the WebSocket/stream I/O thread: \(error)")
+            }
+        }
+        return state.loop
     }
 
     // MARK: The access handler, on the I/O thread
@@ -104,7 +131,7 @@ final class ServerCore: Sendable {
     /// resume.
     func access(
         connection: OpaquePointer, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
-        upload: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+        version: UnsafePointer<CChar>?, upload: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
         slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     ) -> MHD_Result {
         guard let existing = slot.pointee else {
@@ -128,7 +155,7 @@ final class ServerCore: Sendable {
             return queue(Self.shuttingDown, on: connection)
         case .run(let body):
             let request: Request
-            switch readRequest(connection: connection, url: url, method: method, body: body) {
+            switch readRequest(connection: connection, url: url, method: method, version: version, body: body) {
             case .success(let read): request = read
             case .failure(let error): return queue(errorResponder(error), on: connection)
             }
@@ -161,34 +188,122 @@ final class ServerCore: Sendable {
         lifecycle.withLock { state in
             guard !state.stopping else { return false }
             MHD_suspend_connection(context.connection.pointer)
-            state.suspended[ObjectIdentifier(context)] = context
+            state.suspended[ObjectIdentifier(context)] = Suspension(connection: context.connection)
             return true
         }
     }
 
     /// From the handler's task: store the response and resume the connection, unless `stop`
-    /// already resumed it.
+    /// already resumed it (then the response is dropped).
     private func complete(_ context: RequestContext, with response: Response) {
         context.answer(response)
-        lifecycle.withLock { state in
-            guard state.suspended.removeValue(forKey: ObjectIdentifier(context)) != nil else { return }
+        let resumed = lifecycle.withLock { state in
+            guard state.suspended.removeValue(forKey: ObjectIdentifier(context)) != nil else { return false }
             MHD_resume_connection(context.connection.pointer)
+            return true
+        }
+        if !resumed { response.abandon() }
+    }
+
+    // MARK: Streams and upgrades
+
+    enum StreamSuspension {
+        case suspended
+        /// Bytes arrived or the stream ended meanwhile.
+        case readAgain
+        case stopping
+    }
+
+    /// On the I/O thread, from the stream reader: the buffer is empty, so suspend the connection
+    /// and watch for the client's hang-up, unless bytes arrived meanwhile or the server is stopping.
+    func suspendStream(_ body: StreamBody, connection: MHDHandle) -> StreamSuspension {
+        lifecycle.withLock { state in
+            guard !state.stopping else { return .stopping }
+            guard body.markSuspendedIfEmpty() else { return .readAgain }
+            MHD_suspend_connection(connection.pointer)
+            let fd = gw_mhd_connection_fd(connection.pointer)
+            let watch = fd >= 0 ? socketLoop(&state)?.watchHangUp(fd) : nil
+            state.suspended[ObjectIdentifier(body)] = Suspension(connection: connection, stream: body, watch: watch)
+            return .suspended
+        }
+    }
+
+    /// From a producer: resume the stream's connection, unless `stop` already did.
+    func resumeStream(_ body: StreamBody) {
+        lifecycle.withLock { state in
+            guard let suspension = state.suspended.removeValue(forKey: ObjectIdentifier(body)) else { return }
+            if let watch = suspension.watch { state.loop?.unwatch(watch) }
+            MHD_resume_connection(suspension.connection.pointer)
+        }
+    }
+
+    /// From the socket loop: the client of a suspended stream hung up. The resumed reader then
+    /// aborts the response and MHD closes the connection.
+    private func clientHungUp(_ token: UInt64) {
+        lifecycle.withLock { state in
+            guard let (key, suspension) = state.suspended.first(where: { $0.value.watch?.token == token }) else {
+                return
+            }
+            state.suspended[key] = nil
+            if let watch = suspension.watch { state.loop?.unwatch(watch) }
+            suspension.stream?.markClientGone()
+            MHD_resume_connection(suspension.connection.pointer)
+        }
+    }
+
+    /// On the I/O thread, from MHD's upgrade callback: hands the socket to the socket loop and
+    /// starts the handler, which owns the socket until it returns.
+    func adopt(fd: Int32, handle: UpgradeHandle, extra: [UInt8], upgrade: WebSocketUpgrade?) {
+        guard let upgrade, let loop = lifecycle.withLock({ socketLoop(&$0) }) else {
+            _ = gw_mhd_upgrade_close(handle.pointer)
+            return
+        }
+        let socket = WebSocket(settings: upgrade, token: loop.makeToken(), loop: loop)
+        guard loop.add(socket, fd: fd, handle: handle, extra: extra) else {
+            _ = gw_mhd_upgrade_close(handle.pointer)
+            return
+        }
+        Task {
+            await upgrade.handler(socket)
+            socket.close()
         }
     }
 
     private static let shuttingDown = Response(status: 503, headers: [(name: "Connection", value: "close")])
 
-    /// Hands a response to MHD. The one place a `Response` becomes an MHD response; streamed
-    /// bodies and upgrades will branch here.
+    /// Hands a response to MHD. The one place a `Response` becomes an MHD response.
     private func queue(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
+        let response = response.rendered(by: errorResponder)
         var status = response.status
-        if !(200...999).contains(status) {
-            log?("response status \(status) is not sendable; sending 500")
-            status = 500
-        }
-        let created = response.body.withUnsafeBytes { bytes in
-            MHD_create_response_from_buffer(
-                bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+        let created: OpaquePointer?
+        switch response.kind {
+        case .bytes, .error:
+            if !(200...999).contains(status) {
+                log?("response status \(status) is not sendable; sending 500")
+                status = 500
+            }
+            created = response.body.withUnsafeBytes { bytes in
+                MHD_create_response_from_buffer(
+                    bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+            }
+        case .stream(let body):
+            guard (200...999).contains(status) else {
+                log?("stream response status \(status) is not sendable; sending 500")
+                response.abandon()
+                return queue(Response(status: 500), on: connection)
+            }
+            guard body.attach(to: self, connection: MHDHandle(pointer: connection)) else {
+                log?("a StreamBody serves one response, this one is used; sending 500")
+                return queue(Response(status: 500), on: connection)
+            }
+            // MHD_SIZE_UNKNOWN: chunked on HTTP/1.1, close-delimited on 1.0; no Content-Length.
+            let cls = Unmanaged.passRetained(body).toOpaque()  // released in streamFreed
+            created = MHD_create_response_from_callback(GW_MHD_SIZE_UNKNOWN, 16 * 1024, streamReader, cls, streamFreed)
+            if created == nil { streamFreed(cls: cls) }
+        case .webSocket:
+            // The upgrade callback finds the handler in the request's context (its `answered` response).
+            status = 101
+            created = MHD_create_response_for_upgrade(upgraded, Unmanaged.passUnretained(self).toOpaque())
         }
         guard let mhdResponse = created else { return .NO }
         defer { MHD_destroy_response(mhdResponse) }
@@ -237,7 +352,8 @@ private func accessHandler(
 ) -> MHD_Result {
     guard let cls, let connection, let uploadSize, let slot else { return .NO }
     return Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().access(
-        connection: connection, url: url, method: method, upload: upload, uploadSize: uploadSize, slot: slot)
+        connection: connection, url: url, method: method, version: version, upload: upload, uploadSize: uploadSize,
+        slot: slot)
 }
 
 /// Releases the request's context. Called with MHD's mutex held: takes no lock.
@@ -248,6 +364,53 @@ private func requestCompleted(
     guard let slot, let context = slot.pointee else { return }
     slot.pointee = nil
     Unmanaged<RequestContext>.fromOpaque(context).release()
+}
+
+/// MHD's content reader for a `StreamBody` (`cls`, retained): bytes if there are any; otherwise
+/// suspend and return 0 (the producer resumes), never 0 without suspending (MHD would spin).
+private func streamReader(
+    cls: UnsafeMutableRawPointer?, position: UInt64, buffer: UnsafeMutablePointer<CChar>?, max: Int
+) -> Int {
+    guard let cls, let buffer else { return GW_MHD_CONTENT_READER_END_WITH_ERROR }
+    let body = Unmanaged<StreamBody>.fromOpaque(cls).takeUnretainedValue()
+    let destination = UnsafeMutableRawBufferPointer(start: buffer, count: max)
+    while true {
+        switch body.read(into: destination) {
+        case .bytes(let count):
+            return count
+        case .end:
+            return GW_MHD_CONTENT_READER_END_OF_STREAM
+        case .clientGone:
+            return GW_MHD_CONTENT_READER_END_WITH_ERROR
+        case .empty(let server, let connection):
+            switch server.suspendStream(body, connection: connection) {
+            case .suspended: return 0
+            case .readAgain: continue
+            case .stopping: return GW_MHD_CONTENT_READER_END_OF_STREAM
+            }
+        }
+    }
+}
+
+/// MHD is done with a stream response (sent, client gone, or daemon stopped). May run with MHD's
+/// mutex held: `finish` takes only the stream's leaf lock.
+private func streamFreed(cls: UnsafeMutableRawPointer?) {
+    guard let cls else { return }
+    let body = Unmanaged<StreamBody>.fromOpaque(cls).takeRetainedValue()
+    body.finish()
+}
+
+/// MHD sent the 101: the connection's socket is ours (non-blocking); `extraIn` holds bytes
+/// already read past the request, the start of the first frame.
+private func upgraded(
+    cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, requestContext: UnsafeMutableRawPointer?,
+    extraIn: UnsafePointer<CChar>?, extraInSize: Int, socket: Int32, handle: OpaquePointer?
+) {
+    guard let cls, let handle else { return }
+    let upgrade = requestContext.flatMap { Unmanaged<RequestContext>.fromOpaque($0).takeUnretainedValue().webSocketUpgrade }
+    let extra = extraIn.map { Array(UnsafeRawBufferPointer(start: $0, count: extraInSize)) } ?? []
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().adopt(
+        fd: socket, handle: UpgradeHandle(pointer: handle), extra: extra, upgrade: upgrade)
 }
 
 private func keepEscaped(

@@ -1,6 +1,8 @@
 import Foundation
 import Glibc
 
+@testable import HTTPServer
+
 /// A response as read off the wire.
 struct WireResponse: Sendable {
     var status: Int
@@ -19,9 +21,11 @@ struct ClientError: Error, Equatable, CustomStringConvertible {
 }
 
 /// A blocking HTTP/1.1 client connection over a raw socket, small enough to trust: it writes the
-/// bytes it is given and parses `Content-Length` responses. Every read times out after 10 s.
-final class TestConnection {
-    private let fd: Int32
+/// bytes it is given and parses `Content-Length` responses, chunked bodies piece by piece, and
+/// WebSocket frames. Every read times out after 10 s. Unchecked Sendable: tests hand it between
+/// threads but use it from one at a time.
+final class TestConnection: @unchecked Sendable {
+    private var fd: Int32
     private var buffer: [UInt8] = []
 
     init(port: UInt16) throws {
@@ -45,7 +49,13 @@ final class TestConnection {
         }
     }
 
-    deinit { Glibc.close(fd) }
+    deinit { hangUp() }
+
+    /// Closes the socket (the server sees the hang-up).
+    func hangUp() {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = -1
+    }
 
     func send(_ bytes: [UInt8]) throws {
         var sent = 0
@@ -72,6 +82,16 @@ final class TestConnection {
 
     /// Reads one response; `head` for the answer to a HEAD request (no body follows).
     func readResponse(head: Bool = false) throws -> WireResponse {
+        var response = try readHead()
+        if response.status == 100 { return try readResponse(head: head) }
+        guard !head else { return response }
+        let length = Int(response.headers["content-length"] ?? "0") ?? 0
+        response.body = try readExactly(length)
+        return response
+    }
+
+    /// Reads a status line and headers; the body stays unread.
+    func readHead() throws -> WireResponse {
         let separator: [UInt8] = Array("\r\n\r\n".utf8)
         var end: Int?
         while end == nil {
@@ -91,21 +111,77 @@ final class TestConnection {
             let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
             headers[name] = headers[name].map { "\($0), \(value)" } ?? value
         }
-        if status == 100 { return try readResponse(head: head) }
-        var response = WireResponse(status: status, headers: headers, body: [])
-        guard !head else { return response }
-        let length = Int(headers["content-length"] ?? "0") ?? 0
-        while buffer.count < length { try fill() }
-        response.body = Array(buffer[..<length])
-        buffer.removeFirst(length)
-        return response
+        return WireResponse(status: status, headers: headers, body: [])
+    }
+
+    func readExactly(_ count: Int) throws -> [UInt8] {
+        while buffer.count < count { try fill() }
+        defer { buffer.removeFirst(count) }
+        return Array(buffer[..<count])
+    }
+
+    private func readLine() throws -> String {
+        while true {
+            if let end = buffer.firstRange(of: Array("\r\n".utf8)) {
+                defer { buffer.removeFirst(end.upperBound) }
+                return String(decoding: buffer[..<end.lowerBound], as: UTF8.self)
+            }
+            try fill()
+        }
+    }
+
+    /// The data of the next chunk of a chunked body; empty for the last one (trailers skipped).
+    func readChunk() throws -> [UInt8] {
+        let sizeLine = try readLine()
+        guard let size = Int(sizeLine.split(separator: ";")[0], radix: 16) else {
+            throw ClientError("bad chunk size line \(sizeLine)")
+        }
+        if size == 0 {
+            while try !readLine().isEmpty {}
+            return []
+        }
+        let data = try readExactly(size)
+        guard try readLine().isEmpty else { throw ClientError("chunk not followed by CRLF") }
+        return data
+    }
+
+    /// Reads until the server closes the connection; throws on timeout.
+    func readUntilClosed() throws {
+        while true {
+            do { try fill() } catch let error as ClientError where error == .closed { return }
+        }
+    }
+
+    /// The next frame the server sent.
+    func readFrame() throws -> WebSocketFrame {
+        while true {
+            switch WebSocketFrame.parse(buffer[...], maxPayloadBytes: .max, requireMasked: false) {
+            case .frame(let frame, let masked, let length):
+                guard !masked else { throw ClientError("the server masked a frame") }
+                buffer.removeFirst(length)
+                return frame
+            case .incomplete:
+                try fill()
+            case .invalid(let code, let reason):
+                throw ClientError("bad frame from the server: \(code) \(reason)")
+            }
+        }
+    }
+
+    /// Sends a frame, masked as a client must unless told otherwise.
+    func sendFrame(_ frame: WebSocketFrame, masked: Bool = true) throws {
+        try send(frame.serialized(maskingKey: masked ? [0x37, 0xfa, 0x21, 0x3d] : nil))
     }
 
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 65536)
         let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         if n == 0 { throw ClientError.closed }
-        guard n > 0 else { throw ClientError.errno("recv") }
+        guard n > 0 else {
+            // A reset after the server closed on unread data counts as closed.
+            if Glibc.errno == ECONNRESET { throw ClientError.closed }
+            throw ClientError.errno("recv")
+        }
         buffer += chunk[..<n]
     }
 }

@@ -1,0 +1,91 @@
+import CMicroHTTPD
+import FoundationEssentials
+
+extension Response {
+    /// Answers a valid WebSocket upgrade request (GET on HTTP/1.1, `Upgrade: websocket`,
+    /// `Connection: Upgrade`, `Sec-WebSocket-Version: 13`, a `Sec-WebSocket-Key` of 16 bytes)
+    /// with 101 and then runs `handler` with the socket; the socket is closed (1000) when `handler`
+    /// returns. An invalid request gets 400 from the errorResponder (`.badRequest`), a version
+    /// other than 13 gets 426 with `Sec-WebSocket-Version: 13`. No subprotocol or extension
+    /// (compression) is negotiated.
+    ///
+    /// - Parameters:
+    ///   - maxMessageBytes: a longer message (fragments together) closes the socket with 1009.
+    ///   - pingInterval: a client silent this long is pinged; silent for twice as long, it is
+    ///     dropped (1006). `.zero` turns this off.
+    ///   - sendBufferBytes: the most bytes `send` queues before refusing.
+    public static func webSocket(
+        _ request: Request,
+        maxMessageBytes: Int = 1 << 20,
+        pingInterval: Duration = .seconds(20),
+        sendBufferBytes: Int = 1 << 20,
+        handler: @escaping @Sendable (WebSocket) async -> Void
+    ) -> Response {
+        switch WebSocketHandshake.acceptKey(for: request) {
+        case .failure(.badRequest(let reason)):
+            return Response(status: 400, headers: [], kind: .error(.badRequest(reason)))
+        case .failure(.unsupportedVersion):
+            return Response(
+                status: 426, headers: [(name: "Sec-WebSocket-Version", value: "13")],
+                kind: .error(.badRequest("unsupported WebSocket version; this server speaks 13")))
+        case .success(let accept):
+            let upgrade = WebSocketUpgrade(
+                maxMessageBytes: max(0, maxMessageBytes), pingInterval: pingInterval,
+                sendBufferBytes: max(126, sendBufferBytes), handler: handler)
+            // MHD adds `Connection: Upgrade`.
+            return Response(
+                status: 101,
+                headers: [(name: "Upgrade", value: "websocket"), (name: "Sec-WebSocket-Accept", value: accept)],
+                kind: .webSocket(upgrade))
+        }
+    }
+}
+
+/// The opening handshake of RFC 6455 section 4.2, server side.
+enum WebSocketHandshake {
+    enum Refusal: Error, Equatable {
+        case badRequest(String)
+        /// `Sec-WebSocket-Version` is not 13.
+        case unsupportedVersion
+    }
+
+    /// The `Sec-WebSocket-Accept` value for a valid upgrade request.
+    static func acceptKey(for request: Request) -> Result<String, Refusal> {
+        guard request.method == "GET" else { return .failure(.badRequest("a WebSocket upgrade must be a GET")) }
+        guard request.httpVersion == "HTTP/1.1" else {
+            return .failure(.badRequest("a WebSocket upgrade needs HTTP/1.1"))
+        }
+        guard tokens(request.header("Upgrade")).contains("websocket") else {
+            return .failure(.badRequest("missing Upgrade: websocket"))
+        }
+        guard tokens(request.header("Connection")).contains("upgrade") else {
+            return .failure(.badRequest("missing Connection: Upgrade"))
+        }
+        guard let version = request.header("Sec-WebSocket-Version") else {
+            return .failure(.badRequest("missing Sec-WebSocket-Version"))
+        }
+        guard withoutSpaces(version) == "13" else { return .failure(.unsupportedVersion) }
+        guard let key = request.header("Sec-WebSocket-Key").map(withoutSpaces), Data(base64Encoded: key)?.count == 16
+        else { return .failure(.badRequest("Sec-WebSocket-Key must be 16 bytes in base64")) }
+        return .success(acceptKey(for: key))
+    }
+
+    /// base64(SHA-1(key + the RFC's GUID)).
+    static func acceptKey(for key: String) -> String {
+        let input = Array((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8)
+        var digest = [UInt8](repeating: 0, count: 20)
+        let status = gw_sha1(input, input.count, &digest)
+        precondition(status == 0, "GnuTLS SHA-1 failed: \(status)")
+        return Data(digest).base64EncodedString()
+    }
+
+    /// The lower-cased comma-separated tokens of a header value.
+    private static func tokens(_ value: String?) -> [String] {
+        (value ?? "").split(separator: ",").map { withoutSpaces($0).lowercased() }
+    }
+
+    /// Tokens, versions and base64 have no inner spaces; surrounding ones are optional whitespace.
+    private static func withoutSpaces(_ text: some StringProtocol) -> String {
+        String(text.filter { !$0.isWhitespace })
+    }
+}

@@ -1,0 +1,177 @@
+import Synchronization
+
+/// The body of a response produced over time (Server-Sent Events), for `Response.stream`.
+///
+/// Producers write into a bounded buffer; the server sends from it. When the buffer is empty the
+/// connection is suspended (no thread waits), and the next write or `close` resumes it. Overflow
+/// policy is the producer's: `write` refuses what does not fit, and the producer drops the event or
+/// closes the stream.
+///
+/// A suspended connection does not notice by itself that the client left; the server watches its
+/// socket for the hang-up. A client that vanishes without closing (cable pulled) is found only
+/// when a write fails, so send a heartbeat comment (`:\n\n`) every few seconds.
+public final class StreamBody: Sendable {
+    public let capacityBytes: Int
+
+    /// Why `read` has nothing to give.
+    enum Read {
+        case bytes(Int)
+        /// Empty and open: suspend the connection.
+        case empty(ServerCore, MHDHandle)
+        /// Closed and drained: end the response.
+        case end
+        /// The client hung up while the connection was suspended: abort the response.
+        case clientGone
+    }
+
+    private struct State {
+        var buffer: [UInt8] = []
+        /// Where the unsent bytes of `buffer` start.
+        var head = 0
+        var closed = false
+        var clientGone = false
+        /// The response is over; set once.
+        var finished = false
+        /// The connection is suspended waiting for bytes; the next write resumes it.
+        var suspended = false
+        /// The server and connection sending this body; set when the response is queued.
+        var server: ServerCore?
+        var connection: MHDHandle?
+        var closeHandlers: [@Sendable () -> Void] = []
+
+        var buffered: Int { buffer.count - head }
+
+        /// The server to resume the connection through, if it is suspended waiting for bytes.
+        mutating func takeSuspension() -> ServerCore? {
+            guard suspended else { return nil }
+            suspended = false
+            return server
+        }
+    }
+
+    private let state = Mutex(State())
+
+    /// - Parameter capacityBytes: the most bytes buffered and not yet sent.
+    public init(capacityBytes: Int = 256 * 1024) {
+        self.capacityBytes = max(1, capacityBytes)
+    }
+
+    /// Appends bytes; returns false (and appends nothing) if the buffer would exceed capacity
+    /// or the stream is closed — the caller decides what to drop or whether to close.
+    @discardableResult
+    public func write(_ bytes: [UInt8]) -> Bool {
+        let (accepted, resume) = state.withLock { state -> (Bool, ServerCore?) in
+            guard !state.closed, !state.finished, state.buffered + bytes.count <= capacityBytes else {
+                return (false, nil)
+            }
+            guard !bytes.isEmpty else { return (true, nil) }
+            if state.head > 0 && state.head * 2 >= state.buffer.count {
+                state.buffer.removeFirst(state.head)
+                state.head = 0
+            }
+            state.buffer += bytes
+            return (true, state.takeSuspension())
+        }
+        resume?.resumeStream(self)
+        return accepted
+    }
+
+    /// Ends the response once the buffered bytes are sent. Later writes are refused.
+    public func close() {
+        let resume = state.withLock { state -> ServerCore? in
+            state.closed = true
+            return state.takeSuspension()
+        }
+        resume?.resumeStream(self)
+    }
+
+    /// True once closed by either side: `close()`, the client gone, or the server stopped.
+    public var isClosed: Bool {
+        state.withLock { $0.closed || $0.finished }
+    }
+
+    /// Bytes written and not yet handed to the connection.
+    public var bufferedBytes: Int {
+        state.withLock { $0.buffered }
+    }
+
+    /// Runs `handler` once, when the response is over: everything sent after `close()`, the client
+    /// gone, or the server stopped; at once if that already happened. Handlers run as tasks of
+    /// their own, never on the server's I/O thread.
+    public func onClose(_ handler: @escaping @Sendable () -> Void) {
+        let finished = state.withLock { state in
+            if !state.finished { state.closeHandlers.append(handler) }
+            return state.finished
+        }
+        if finished { handler() }
+    }
+
+    // MARK: For ServerCore
+
+    /// Binds the body to its connection; false if it already serves one.
+    func attach(to server: ServerCore, connection: MHDHandle) -> Bool {
+        state.withLock { state in
+            guard state.server == nil, !state.finished else { return false }
+            state.server = server
+            state.connection = connection
+            return true
+        }
+    }
+
+    /// Moves buffered bytes into `destination` (on the I/O thread).
+    func read(into destination: UnsafeMutableRawBufferPointer) -> Read {
+        state.withLock { state in
+            if state.clientGone { return .clientGone }
+            if state.finished { return .end }
+            guard state.buffered > 0 else {
+                guard !state.closed, let server = state.server, let connection = state.connection else { return .end }
+                return .empty(server, connection)
+            }
+            let count = min(destination.count, state.buffered)
+            state.buffer.withUnsafeBytes { source in
+                destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: source[state.head..<state.head + count]))
+            }
+            state.head += count
+            if state.head == state.buffer.count {
+                state.buffer.removeAll(keepingCapacity: true)
+                state.head = 0
+            }
+            return .bytes(count)
+        }
+    }
+
+    /// Marks the connection suspended if there is still nothing to send; false if there is (or
+    /// the stream ended meanwhile): read again instead. Called with the server's lifecycle lock
+    /// held, so that a write cannot resume before the suspension is registered.
+    func markSuspendedIfEmpty() -> Bool {
+        state.withLock { state in
+            guard state.buffered == 0, !state.closed, !state.finished, !state.clientGone else { return false }
+            state.suspended = true
+            return true
+        }
+    }
+
+    /// The client hung up while suspended (the server resumes the connection next).
+    func markClientGone() {
+        state.withLock { state in
+            state.clientGone = true
+            state.suspended = false
+        }
+    }
+
+    /// The response is over (MHD freed it, or it will never be sent): closed for good, handlers run.
+    func finish() {
+        let handlers = state.withLock { state -> [@Sendable () -> Void] in
+            guard !state.finished else { return [] }
+            state.finished = true
+            state.suspended = false
+            state.server = nil
+            state.connection = nil
+            state.buffer = []
+            state.head = 0
+            defer { state.closeHandlers = [] }
+            return state.closeHandlers
+        }
+        for handler in handlers { Task { handler() } }
+    }
+}

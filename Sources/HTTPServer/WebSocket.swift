@@ -1,0 +1,213 @@
+import Synchronization
+
+/// A complete (reassembled) WebSocket message.
+public enum WebSocketMessage: Sendable, Equatable {
+    case text(String)
+    case binary([UInt8])
+}
+
+/// What `Response.webSocket` asks for, carried to the upgrade.
+struct WebSocketUpgrade: Sendable {
+    let maxMessageBytes: Int
+    let pingInterval: Duration
+    let sendBufferBytes: Int
+    let handler: @Sendable (WebSocket) async -> Void
+}
+
+/// The server side of a WebSocket (RFC 6455) after an upgrade; see `Response.webSocket`.
+///
+/// The server's socket thread does all I/O: `send` only queues (bounded), incoming messages arrive
+/// on `messages`. The connection is kept alive with pings and closed when the handler returns.
+public final class WebSocket: Sendable {
+    /// Complete messages from the client, in order; finishes when the socket closes. Buffers up to
+    /// `messageQueueLimit` messages: a handler that falls further behind gets the socket closed
+    /// with 1008 rather than holding unbounded memory.
+    public let messages: AsyncStream<WebSocketMessage>
+    private let continuation: AsyncStream<WebSocketMessage>.Continuation
+    let settings: WebSocketUpgrade
+    /// The socket loop's id for this socket.
+    let token: UInt64
+    private let loop: SocketLoop
+    private let state = Mutex(State())
+
+    /// Messages waiting for the handler before the socket is closed with 1008.
+    static let messageQueueLimit = 64
+
+    enum Phase: Equatable {
+        case open
+        /// A close frame with this code is queued or sent; nothing else goes out.
+        case closing(code: UInt16)
+        case closed(code: UInt16)
+    }
+
+    struct State {
+        var outgoing: [UInt8] = []
+        /// Where the unsent bytes of `outgoing` start.
+        var head = 0
+        var phase = Phase.open
+        /// An `attend` for this socket is queued at the loop.
+        var attentionQueued = false
+        var closeHandlers: [@Sendable (UInt16) -> Void] = []
+
+        var buffered: Int { outgoing.count - head }
+
+        mutating func append(_ frame: WebSocketFrame) {
+            if head > 0 && head * 2 >= outgoing.count {
+                outgoing.removeFirst(head)
+                head = 0
+            }
+            outgoing += frame.serialized()
+        }
+    }
+
+    init(settings: WebSocketUpgrade, token: UInt64, loop: SocketLoop) {
+        (messages, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.messageQueueLimit))
+        self.settings = settings
+        self.token = token
+        self.loop = loop
+    }
+
+    /// Queues a message; false if the socket is closed or the outgoing buffer (`sendBufferBytes`
+    /// of `Response.webSocket`) would overflow — the caller decides what to drop or whether to close.
+    @discardableResult
+    public func send(_ message: WebSocketMessage) -> Bool {
+        let frame = switch message {
+        case .text(let text): WebSocketFrame(.text, Array(text.utf8))
+        case .binary(let bytes): WebSocketFrame(.binary, bytes)
+        }
+        let (accepted, attend) = state.withLock { state -> (Bool, Bool) in
+            // The frame header adds at most 10 bytes.
+            guard state.phase == .open, state.buffered + frame.payload.count + 10 <= settings.sendBufferBytes else {
+                return (false, false)
+            }
+            state.append(frame)
+            return (true, state.queueAttention())
+        }
+        if attend { loop.attend(token) }
+        return accepted
+    }
+
+    /// Starts the closing handshake: sends a close frame and waits briefly for the client's before
+    /// closing the connection. A code that may not be sent (1005, 1006, 1015, out of range) is sent
+    /// as 1000. The reason is cut to 123 bytes. Nothing happens if already closing.
+    public func close(code: UInt16 = 1000, reason: String = "") {
+        let code = WebSocketCloseCode.isSendable(code) ? code : WebSocketCloseCode.normal
+        if state.withLock({ $0.beginClosing(code: code, frame: .close(code: code, reason: reason)) }) {
+            loop.attend(token)
+        }
+    }
+
+    /// True once closing started from either side; `send` then refuses.
+    public var isClosed: Bool {
+        state.withLock { $0.phase != .open }
+    }
+
+    /// Bytes queued and not yet written to the socket.
+    public var bufferedBytes: Int {
+        state.withLock { $0.buffered }
+    }
+
+    /// Runs `handler` once with the close code when the connection is gone: the code of the close
+    /// handshake (the client's, or the one given to `close`, or 1002/1007/1009 for a client that
+    /// broke the protocol), 1001 when the server stops, 1006 when the connection dropped or stopped
+    /// answering without a close frame. At once if already closed. Handlers run as tasks of their
+    /// own, never on the socket thread.
+    public func onClose(_ handler: @escaping @Sendable (UInt16) -> Void) {
+        let closedCode = state.withLock { state -> UInt16? in
+            guard case .closed(let code) = state.phase else {
+                state.closeHandlers.append(handler)
+                return nil
+            }
+            return code
+        }
+        if let closedCode { handler(closedCode) }
+    }
+
+    // MARK: For the socket loop
+
+    var phase: Phase { state.withLock { $0.phase } }
+
+    /// The loop takes the queued attention request and looks at the phase.
+    func takeAttention() -> Phase {
+        state.withLock { state in
+            state.attentionQueued = false
+            return state.phase
+        }
+    }
+
+    /// Queues a ping or pong while open, unless the buffer is full (the client is not reading;
+    /// a missing pong is then the least of its problems).
+    func sendControl(_ frame: WebSocketFrame) {
+        state.withLock { state in
+            guard state.phase == .open, state.buffered < settings.sendBufferBytes else { return }
+            state.append(frame)
+        }
+    }
+
+    /// Moves to `closing(code)` with `frame` queued; false if not open.
+    func beginClosing(code: UInt16, frame: WebSocketFrame) -> Bool {
+        state.withLock { $0.beginClosing(code: code, frame: frame) }
+    }
+
+    /// Hands a message to the handler; false if its queue is full.
+    func deliver(_ message: WebSocketMessage) -> Bool {
+        if case .dropped = continuation.yield(message) { return false }
+        return true
+    }
+
+    enum Flush {
+        /// Everything written.
+        case done
+        /// The socket buffer is full: wait for EPOLLOUT.
+        case blocked
+        case failed
+    }
+
+    /// Writes queued bytes to the non-blocking socket `fd`.
+    func flush(to fd: Int32) -> Flush {
+        state.withLock { state in
+            while state.buffered > 0 {
+                let result = state.outgoing.withUnsafeBytes { bytes in
+                    SocketIO.send(fd, UnsafeRawBufferPointer(rebasing: bytes[state.head...]))
+                }
+                switch result {
+                case .transferred(let count): state.head += count
+                case .wouldBlock: return .blocked
+                case .endOfStream, .failed: return .failed
+                }
+            }
+            state.outgoing.removeAll(keepingCapacity: state.outgoing.capacity <= 1 << 16)
+            state.head = 0
+            return .done
+        }
+    }
+
+    /// The connection is gone: ends `messages` and runs the close handlers.
+    func finish(code: UInt16) {
+        let handlers = state.withLock { state -> [@Sendable (UInt16) -> Void] in
+            if case .closed = state.phase { return [] }
+            state.phase = .closed(code: code)
+            state.outgoing = []
+            state.head = 0
+            defer { state.closeHandlers = [] }
+            return state.closeHandlers
+        }
+        continuation.finish()
+        for handler in handlers { Task { handler(code) } }
+    }
+}
+
+extension WebSocket.State {
+    /// Marks that the loop must look at this socket; true if nobody asked it yet.
+    fileprivate mutating func queueAttention() -> Bool {
+        defer { attentionQueued = true }
+        return !attentionQueued
+    }
+
+    fileprivate mutating func beginClosing(code: UInt16, frame: WebSocketFrame) -> Bool {
+        guard phase == .open else { return false }
+        phase = .closing(code: code)
+        append(frame)
+        return true
+    }
+}
