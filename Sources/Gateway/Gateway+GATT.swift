@@ -161,10 +161,17 @@ extension Gateway {
 
     // MARK: - Operations
 
+    /// The REST API is one more holder of the characteristic's notifications, beside the
+    /// stream clients; BlueZ's subscription lasts while anyone holds it.
     private func setNotify(_ enabled: Bool, _ request: Request) async throws -> NotifyState {
+        let id = try Self.deviceID(request)
         let c = try await characteristic(request)
-        let notifying = try await central.setNotifyValue(enabled, try Self.deviceID(request), characteristic: c.handle)
-        return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: notifying)
+        guard !c.properties.isDisjoint(with: [.notify, .indicate]) else {
+            throw BLEError(att: .requestNotSupported, "characteristic \(handleText(c.handle)) neither notifies nor indicates")
+        }
+        let key = NotificationHolds.Key(device: id, characteristic: c.handle)
+        if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
+        return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)
     }
 
     private func readDescriptor(_ request: Request, _ d: GATTDescriptor) async throws -> ValueBody {

@@ -5,10 +5,17 @@ import HTTPServer
 public final class Gateway: Sendable {
     let central: Central
     public let version: String
+    let hub = EventHub()
+    let holds: NotificationHolds
+    /// How often an idle SSE stream gets a comment, so that proxies keep it open.
+    let keepAliveInterval: Duration
 
-    public init(central: Central, version: String) {
+    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15)) {
         self.central = central
         self.version = version
+        self.keepAliveInterval = keepAliveInterval
+        holds = NotificationHolds(central: central)
+        central.setEventHandler { [hub] event in hub.publish(event) }
     }
 
     /// The transport's errors (unknown route, oversize body) in the API's error shape.
@@ -30,6 +37,7 @@ public final class Gateway: Sendable {
             DeviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
         })
         addGATTRoutes(to: router)
+        addStreamRoutes(to: router)
         return router
     }
 

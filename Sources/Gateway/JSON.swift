@@ -5,14 +5,22 @@ import FoundationEssentials
 /// refused, so a typo such as "service" for "services" is an error, not a silent no-op).
 enum JSON {
     static func encode<T: Encodable>(_ value: T) -> [UInt8] {
+        encode(value, formatting: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]) + [UInt8(ascii: "\n")]
+    }
+
+    /// One line, for stream events.
+    static func encodeCompact<T: Encodable>(_ value: T) -> [UInt8] {
+        encode(value, formatting: [.sortedKeys, .withoutEscapingSlashes])
+    }
+
+    private static func encode<T: Encodable>(_ value: T, formatting: JSONEncoder.OutputFormatting) -> [UInt8] {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.outputFormatting = formatting
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
         }
-        guard var data = try? encoder.encode(value) else { return Array(#"{"error":"encoding failed"}"#.utf8) }
-        data.append(UInt8(ascii: "\n"))
+        guard let data = try? encoder.encode(value) else { return Array(#"{"error":"encoding failed"}"#.utf8) }
         return Array(data)
     }
 

@@ -8,6 +8,7 @@ struct Options {
     /// nil: use the system bus. Some(nil): simulate the built-in devices. Some(path): simulate a file.
     var simulate: String??
     var maxBodyBytes = 64 * 1024
+    var keepAliveSeconds = 15.0
 
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
@@ -25,6 +26,8 @@ struct Options {
                            a heart-rate monitor, an HM-10 style serial module, a device that
                            needs pairing, an iBeacon and an Eddystone beacon.
       --max-body BYTES     largest request body accepted (default 65536)
+      --keepalive SECONDS  how often an idle event stream (SSE) gets a comment line, so that
+                           proxies keep it open (default 15)
       --help               this text
       --version            the version
 
@@ -33,8 +36,9 @@ struct Options {
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin")
                                 defaults for the options above; flags win
 
-    API: GET /v1/state, GET /v1/adapters, POST|GET|DELETE /v1/scan, GET /v1/devices,
-    GET /v1/devices/{id}. Errors are JSON with CoreBluetooth codes. See README.md and openapi.yaml.
+    API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
+    /services|/characteristics/{char}[/value|/notifications]]], live events on /v1/events (SSE)
+    and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See README.md, openapi.yaml.
     """
 
     enum ParseResult {
@@ -73,6 +77,9 @@ struct Options {
                     } else {
                         options.simulate = .some(nil)
                     }
+                case "--keepalive":
+                    guard let n = Double(try value()), n > 0, n <= 3600 else { throw UsageError("--keepalive takes seconds, more than 0") }
+                    options.keepAliveSeconds = n
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -71,7 +71,8 @@ func run(_ options: Options) async -> Int32 {
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
 
-    let gateway = Gateway(central: central, version: gattwayVersion)
+    let gateway = Gateway(central: central, version: gattwayVersion,
+                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)))
     let router = gateway.router()
     let server: Server
     do {

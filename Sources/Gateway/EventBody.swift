@@ -1,0 +1,70 @@
+import BLE
+import FoundationEssentials
+
+/// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
+struct EventBody: Encodable {
+    struct Attribute: Encodable {
+        var handle: String
+        var uuid: String
+    }
+
+    var type: String
+    var seq: UInt64?
+    var time: Date?
+    var device: String?
+    // state
+    var state: String?
+    var code: Int?
+    var adapter: String?
+    var reason: String?
+    // advertisement
+    var peripheral: DeviceBody?
+    // connection
+    var error: ErrorBody.Content?
+    // notification
+    var service: Attribute?
+    var characteristic: Attribute?
+    var value: String?
+    var format: String?
+    /// Counts this subscription's notifications of this characteristic: 1, 2, 3, ...
+    var sequence: UInt64?
+    /// The WebSocket subscription the event belongs to.
+    var subscription: String?
+    // dropped
+    var count: Int?
+
+    init(_ event: HubEvent, format: ValueFormat, subscription: String?, sequence: UInt64?) {
+        type = event.type.rawValue
+        seq = event.seq
+        time = event.time
+        device = event.device?.description
+        self.subscription = subscription
+        switch event.event {
+        case .state(let status):
+            state = status.state.name
+            code = status.state.rawValue
+            adapter = status.adapter
+            reason = status.reason
+        case .advertisement(let info):
+            peripheral = DeviceBody(info)
+        case .connection(_, let s, let e):
+            state = s.name
+            error = e.map { ErrorBody($0).error }
+        case .value(let v):
+            service = Attribute(handle: handleText(v.serviceHandle), uuid: v.serviceUUID.uuidString)
+            characteristic = Attribute(handle: handleText(v.characteristicHandle), uuid: v.characteristicUUID.uuidString)
+            value = format.encode(v.value)
+            self.format = format.rawValue
+            self.sequence = sequence
+        }
+    }
+
+    /// Tells a client how many events it lost because it read too slowly.
+    init(dropped: Int) {
+        type = "dropped"
+        count = dropped
+    }
+
+    /// One line of JSON (no pretty printing: SSE data must not span lines).
+    static func line(_ body: EventBody) -> [UInt8] { JSON.encodeCompact(body) }
+}

@@ -1,0 +1,131 @@
+import BLE
+import Synchronization
+
+/// The commands a WebSocket client sends, and their answers.
+///
+/// ```
+/// → {"op": "subscribe", "id": "1", "types": ["notification"], "device": "F0:..", "characteristic": "2a37", "format": "hex"}
+/// ← {"op": "ack", "id": "1", "subscription": "s1"}
+/// → {"op": "unsubscribe", "id": "2", "subscription": "s1"}
+/// → {"op": "read", "id": "3", "device": "F0:..", "characteristic": "2a19", "format": "hex"}
+/// ← {"op": "result", "id": "3", "value": "64", "format": "hex", ...}
+/// → {"op": "write", "id": "4", "device": "F0:..", "characteristic": "ffe1", "value": "hi", "format": "utf8", "withResponse": false}
+/// ← {"op": "error", "id": "4", "error": {"domain": ..., "code": ..., "name": ..., "message": ...}}
+/// ```
+final class WebSocketSession: Sendable {
+    private let gateway: Gateway
+    private let client: StreamClient
+    private let state = Mutex<(next: Int, holds: [String: NotificationHolds.Key])>((0, [:]))
+
+    init(gateway: Gateway, client: StreamClient) {
+        self.gateway = gateway
+        self.client = client
+    }
+
+    struct Command: Decodable, KnownKeys {
+        var op: String
+        var id: String?
+        var types: [String]?
+        var device: String?
+        var characteristic: String?
+        var format: String?
+        var subscription: String?
+        var value: String?
+        var withResponse: Bool?
+        var offset: Int?
+        static var keys: [String: KnownKeys.Type?] {
+            ["op": nil, "id": nil, "types": nil, "device": nil, "characteristic": nil, "format": nil,
+             "subscription": nil, "value": nil, "withResponse": nil, "offset": nil]
+        }
+    }
+
+    struct Reply: Encodable {
+        var op: String
+        var id: String?
+        var subscription: String?
+        var device: String?
+        var characteristic: String?
+        var value: String?
+        var format: String?
+        var length: Int?
+        var written: Int?
+        var error: ErrorBody.Content?
+    }
+
+    static func reply(id: String?, error: BLEError) -> [UInt8] {
+        JSON.encodeCompact(Reply(op: "error", id: id, error: ErrorBody(error).error))
+    }
+
+    func handle(_ text: [UInt8]) async -> [UInt8] {
+        var id: String?
+        do {
+            let command = try JSON.decode(Command.self, from: text)
+            id = command.id
+            return JSON.encodeCompact(try await run(command))
+        } catch let error as BLEError {
+            return Self.reply(id: id, error: error)
+        } catch {
+            return Self.reply(id: id, error: BLEError(.unknown, "\(error)"))
+        }
+    }
+
+    private func run(_ command: Command) async throws -> Reply {
+        switch command.op {
+        case "subscribe":
+            let selection = try Gateway.selection(types: command.types?.joined(separator: ","), device: command.device,
+                                                  characteristic: command.characteristic, format: command.format)
+            let hold = try await gateway.resolveHold(selection)
+            if let hold { try await gateway.holds.acquire(hold) }
+            let name = state.withLock { s -> String in
+                s.next += 1
+                let name = "s\(s.next)"
+                if let hold { s.holds[name] = hold }
+                return name
+            }
+            client.select(selection, as: name)
+            return Reply(op: "ack", id: command.id, subscription: name)
+        case "unsubscribe":
+            guard let name = command.subscription, client.deselect(name) != nil else {
+                throw BLEError(.invalidParameters, "no subscription \"\(command.subscription ?? "")\" on this socket")
+            }
+            if let hold = state.withLock({ $0.holds.removeValue(forKey: name) }) { await gateway.holds.release(hold) }
+            return Reply(op: "ack", id: command.id, subscription: name)
+        case "read":
+            let (device, c) = try await target(command)
+            let format = try Gateway.format(command.format)
+            let value = try await gateway.central.readValue(device, characteristic: c.handle, offset: command.offset ?? 0)
+            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(c.handle),
+                         value: format.encode(value), format: format.rawValue, length: value.count)
+        case "write":
+            let (device, c) = try await target(command)
+            guard let text = command.value else { throw BLEError(.invalidParameters, "write needs a value") }
+            let value = try Gateway.format(command.format).decode(text)
+            try await gateway.central.writeValue(device, characteristic: c.handle, value,
+                                                 type: command.withResponse == false ? .withoutResponse : .withResponse)
+            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(c.handle), written: value.count)
+        default:
+            throw BLEError(.invalidParameters, "unknown op \"\(command.op)\"; ops are subscribe, unsubscribe, read, write")
+        }
+    }
+
+    private func target(_ command: Command) async throws(BLEError) -> (BluetoothAddress, GATTCharacteristic) {
+        guard let deviceText = command.device, let charText = command.characteristic else {
+            throw BLEError(.invalidParameters, "\(command.op) needs a device and a characteristic")
+        }
+        let device = try Parse.address(deviceText)
+        guard let selector = AttributeSelector(charText) else {
+            throw BLEError(.invalidParameters, "\"\(charText)\" is neither a handle (0x0027) nor a UUID")
+        }
+        let all = try await gateway.central.services(device).flatMap(\.characteristics)
+        return (device, try selector.pick(all, kind: "characteristic", handle: \.handle, uuid: \.uuid))
+    }
+
+    /// Releases every hold of the socket (it closed, cleanly or not).
+    func end() async {
+        let holds = state.withLock { s -> [NotificationHolds.Key] in
+            defer { s.holds.removeAll() }
+            return Array(s.holds.values)
+        }
+        for hold in holds { await gateway.holds.release(hold) }
+    }
+}
