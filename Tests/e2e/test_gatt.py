@@ -201,10 +201,12 @@ def test_notifications_on_and_off(connected):
 
 
 def test_link_loss_during_operation_is_peripheral_disconnected(connected):
-    connected.simulator("SetFault", "string:" + HR, 'string:{"responseDelayMs": 1500}')
+    connected.simulator("SetFault", "string:" + HR, 'string:{"responseDelayMs": 3000}')
+    connected.simulator("ResetCounters")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pending = pool.submit(lambda: connected.get(f"/v1/devices/{HR}/characteristics/2a19/value"))
-        time.sleep(0.5)  # the read is now waiting in the simulator
+        from conftest import wait_for
+        assert wait_for(lambda: connected.call_count("ReadValue", "") >= 1, 5)  # the read waits in the simulator
         connected.simulator("DropLink", "string:" + HR)
         reply = pending.result(10)
     error_of(reply, 502, "CBErrorDomain", 7, "peripheralDisconnected")

@@ -68,12 +68,16 @@ def test_websocket_receives_heart_rate_notifications(hr):
     asyncio.run(run())
 
 
-def sse_events(gw, query, count, timeout, headers=None):
-    """Reads `count` SSE events (dicts with id/event/data) from /v1/events?query."""
+def sse_events(gw, query, count, timeout, headers=None, opened=None):
+    """Reads `count` SSE events (dicts with id/event/data) from /v1/events?query; sets
+    `opened` once the stream is established (the gateway subscribes the client before it
+    answers)."""
     req = urllib.request.Request(gw.base + "/v1/events?" + query, headers=headers or {})
     events, current = [], {}
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         assert resp.headers["Content-Type"] == "text/event-stream"
+        if opened:
+            opened.set()
         deadline = time.monotonic() + timeout
         while len(events) < count and time.monotonic() < deadline:
             line = resp.readline().decode().rstrip("\n")
@@ -246,13 +250,13 @@ def test_websocket_read_and_errors(hr):
 
 
 def test_scan_streams_advertisements(gateway):
-    result = {}
+    result, opened = {}, threading.Event()
 
     def reader():
-        result["events"] = sse_events(gateway, "types=advertisement", 3, 5)
+        result["events"] = sse_events(gateway, "types=advertisement", 3, 5, opened=opened)
     t = threading.Thread(target=reader)
     t.start()
-    time.sleep(0.3)  # let the stream open before the scan starts (events are not replayed without Last-Event-ID)
+    assert opened.wait(5)  # events are not replayed without Last-Event-ID: open the stream first
     gateway.post("/v1/scan", {})
     t.join(6)
     events = result["events"]
@@ -262,10 +266,10 @@ def test_scan_streams_advertisements(gateway):
 
 def test_connection_events(gateway):
     gateway.discover(HR)
-    result = {}
-    t = threading.Thread(target=lambda: result.update(events=sse_events(gateway, f"types=connection&device={HR}", 2, 8)))
+    result, opened = {}, threading.Event()
+    t = threading.Thread(target=lambda: result.update(events=sse_events(gateway, f"types=connection&device={HR}", 2, 8, opened=opened)))
     t.start()
-    time.sleep(0.3)
+    assert opened.wait(5)
     gateway.post(f"/v1/devices/{HR}/connect", {"timeout": 5})
     gateway.simulator("DropLink", "string:" + HR)
     t.join(9)
