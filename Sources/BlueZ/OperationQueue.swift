@@ -18,6 +18,11 @@ final class DeviceQueues: Sendable {
         let state = Mutex(State())
     }
 
+    /// How many operations wait for `id` (for tests and logs).
+    func waiting(_ id: BluetoothAddress) -> Int {
+        queues.withLock { $0[id] }?.state.withLock { $0.waiting.count } ?? 0
+    }
+
     /// Runs `body` when the device's earlier operations are done.
     func run<T: Sendable>(_ id: BluetoothAddress, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
         let queue = queues.withLock { queues -> Queue in
@@ -28,7 +33,7 @@ final class DeviceQueues: Sendable {
         }
         let admitted = await enter(queue)
         guard admitted else {
-            throw BLEError(.outOfSpace, "\(limit) operations are already waiting for device \(id); retry later")
+            throw BLEError(.outOfSpace, "\(limit) operations are already waiting for device \(id); retry later")  // HTTP 503
         }
         defer { leave(queue) }
         return try await body()

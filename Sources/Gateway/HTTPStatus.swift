@@ -10,7 +10,7 @@ public enum HTTPStatus {
             case .invalidParameters: return 400
             case .invalidHandle: return 404
             case .notConnected: return 409
-            case .outOfSpace: return 413
+            case .outOfSpace: return 503  // a device's operation queue is full: retry later
             case .operationCancelled: return 409
             case .connectionTimeout: return 504
             case .peripheralDisconnected: return 502
