@@ -126,11 +126,14 @@ public enum WriteType: Sendable, Hashable {
     case withoutResponse
 
     /// `maximumWriteValueLength(for:)`: a write with response may be long (BlueZ does prepared
-    /// writes up to the 512-byte attribute limit); one without response must fit one packet.
+    /// writes up to the 512-byte attribute limit); one without response must fit one packet,
+    /// MTU - 3 bytes, and no attribute value exceeds 512 bytes even with a 517-byte MTU.
     public func maximumWriteValueLength(mtu: Int?) -> Int {
         switch self {
-        case .withResponse: return 512
-        case .withoutResponse: return max((mtu ?? 23) - 3, 20)
+        case .withResponse: return Self.maximumAttributeLength
+        case .withoutResponse: return min(max((mtu ?? 23) - 3, 20), Self.maximumAttributeLength)
         }
     }
+
+    public static let maximumAttributeLength = 512
 }

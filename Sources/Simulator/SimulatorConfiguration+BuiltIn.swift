@@ -24,11 +24,27 @@ extension SimulatorConfiguration {
         Service(uuid: uuid("180A"), characteristics: characteristics)
     }
 
+    /// The Generic Attribute service a BlueZ peripheral exposes first (as the realbluez VM's
+    /// RB-Periph does): Service Changed, Client/Server Supported Features, Database Hash.
+    private static let genericAttribute = Service(uuid: uuid("1801"), characteristics: [
+        Characteristic(uuid: uuid("2A05"), flags: ["indicate"]),
+        Characteristic(uuid: uuid("2B29"), flags: ["read", "write"], value: [0x00]),
+        Characteristic(uuid: uuid("2B2A"), flags: ["read"], value: HexBytes(Array(repeating: 0x5A, count: 16))),
+        Characteristic(uuid: uuid("2B3A"), flags: ["read"], value: [0x00]),
+    ])
+
+    /// bluetoothd's own Device Information service on a peripheral: only the PnP ID (so a
+    /// device with its own 180A has two, as RB-Periph has).
+    private static let bluetoothdDeviceInformation = deviceInformation([
+        Characteristic(uuid: uuid("2A50"), flags: ["read"], value: [0x02, 0x6B, 0x1D, 0x46, 0x02, 0x42, 0x05]),
+    ])
+
     private static let heartRate = Device(
         address: BluetoothAddress("F0:00:00:00:00:01")!, name: "Sim Heart Rate", rssi: -55, txPower: 4,
         advertisingIntervalMs: 1000, uuids: [uuid("180D"), uuid("180F")],
         manufacturerData: [0xFFFF: [0x48, 0x52, 0x00]], advertisingCounter: true,
         services: [
+            genericAttribute,
             Service(uuid: uuid("180D"), characteristics: [
                 Characteristic(uuid: uuid("2A37"), flags: ["notify"], value: [0x06, 72], generator: .heartRate, notifyIntervalMs: 1000),
                 Characteristic(uuid: uuid("2A38"), flags: ["read"], value: [0x01]),
@@ -46,13 +62,15 @@ extension SimulatorConfiguration {
         address: BluetoothAddress("F0:00:00:00:00:02")!, name: "Sim Serial", rssi: -62, advertisingIntervalMs: 1000,
         uuids: [uuid("FFE0")], mtu: 185,
         services: [
+            genericAttribute,
             Service(uuid: uuid("FFE0"), characteristics: [
                 Characteristic(uuid: uuid("FFE1"), flags: ["read", "write", "write-without-response", "notify"], echo: true,
                                descriptors: [Descriptor(uuid: uuid("2901"), value: HexBytes(Array("Serial".utf8)))]),
             ]),
-            // Real modules do carry duplicate services: a UUID alone is then ambiguous.
+            // Two 180A services, as on real BlueZ peripherals: bluetoothd's own and the device's.
+            // A UUID alone is then ambiguous.
+            bluetoothdDeviceInformation,
             deviceInformation([text("2A29", "gattway simulator"), text("2A24", "SIM-SERIAL-1")]),
-            deviceInformation([text("2A29", "gattway simulator")]),
         ])
 
     private static let secureService = uuid("12345678-1234-5678-1234-56789abc0000")
@@ -61,6 +79,7 @@ extension SimulatorConfiguration {
         address: BluetoothAddress("F0:00:00:00:00:03")!, name: "Sim Secure", rssi: -66, advertisingIntervalMs: 1000,
         uuids: [secureService],
         services: [
+            genericAttribute,
             Service(uuid: secureService, characteristics: [
                 Characteristic(uuid: uuid("12345678-1234-5678-1234-56789abc0001"), flags: ["encrypt-read"],
                                value: HexBytes(Array("secret-jw".utf8))),

@@ -54,9 +54,10 @@ struct ConfigurationTests {
     @Test func handlesFollowAGATTServerLayout() throws {
         let device = SimulatorConfiguration.builtIn.devices[0]
         let table = AttributeTable(device, path: ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!)
-        #expect(table.services.map(\.handle) == [0x0A, 0x12, 0x16])
-        #expect(table.characteristics.map(\.handle) == [0x0B, 0x0E, 0x10, 0x13, 0x17, 0x19, 0x1B, 0x1D])
-        #expect(table.descriptors.map(\.handle) == [0x0D, 0x15])
+        // 1801 (2A05 + CCCD, 2B29, 2B2A, 2B3A), 180D (2A37 + CCCD, 2A38, 2A39), 180F (2A19 + CCCD), 180A (4).
+        #expect(table.services.map(\.handle) == [0x0A, 0x14, 0x1C, 0x20])
+        #expect(table.characteristics.map(\.handle) == [0x0B, 0x0E, 0x10, 0x12, 0x15, 0x18, 0x1A, 0x1D, 0x21, 0x23, 0x25, 0x27])
+        #expect(table.descriptors.map(\.handle) == [0x0D, 0x17, 0x1F])
         #expect(table.characteristics[0].valueHandle == 0x0C)
     }
 

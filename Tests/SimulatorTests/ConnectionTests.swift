@@ -18,26 +18,26 @@ import Testing
         let all = sim.signals(after: mark) { _ in true }
         let resolvedAt = all.firstIndex { $0.changes(hr, Interface.device, "ServicesResolved", .bool(true)) }!
         let added = all.enumerated().filter { $0.element.member == "InterfacesAdded" }
-        #expect(added.count == 13)  // the heart-rate device: 3 services, 8 characteristics, 2 CCCDs
+        #expect(added.count == 19)  // the heart-rate device: 4 services, 12 characteristics, 3 CCCDs
         #expect(added.allSatisfy { $0.offset < resolvedAt })
 
         // Paths carry unique 4-digit handles, in GATT server order; UUIDs are lowercase 128-bit.
         let objects = try await sim.managedObjects().filter { $0.key.rawValue.hasPrefix(hr + "/") }
         let handles = objects.keys.map { Int($0.lastElement.suffix(4), radix: 16)! }
         #expect(Set(handles).count == handles.count)
-        #expect(objects[ObjectPath(hr + "/service000a")!]?[Interface.service]?["UUID"] == .string("0000180d-0000-1000-8000-00805f9b34fb"))
-        let measurement = try #require(objects[ObjectPath(hr + "/service000a/char000b")!]?[Interface.characteristic])
+        #expect(objects[ObjectPath(hr + "/service0014")!]?[Interface.service]?["UUID"] == .string("0000180d-0000-1000-8000-00805f9b34fb"))
+        let measurement = try #require(objects[ObjectPath(hr + "/service0014/char0015")!]?[Interface.characteristic])
         #expect(measurement["UUID"] == .string("00002a37-0000-1000-8000-00805f9b34fb"))
-        #expect(measurement["Service"] == .objectPath(ObjectPath(hr + "/service000a")!))
+        #expect(measurement["Service"] == .objectPath(ObjectPath(hr + "/service0014")!))
         #expect(measurement["Flags"]?.strings == ["notify"])
         #expect(measurement["Notifying"] == .bool(false))
         #expect(measurement["NotifyAcquired"] == .bool(false))
         #expect(measurement["MTU"] == .uint16(247))
         #expect(measurement["Handle"] == nil)
-        let cccd = try #require(objects[ObjectPath(hr + "/service000a/char000b/desc000d")!]?[Interface.descriptor])
+        let cccd = try #require(objects[ObjectPath(hr + "/service0014/char0015/desc0017")!]?[Interface.descriptor])
         #expect(cccd["UUID"] == .string("00002902-0000-1000-8000-00805f9b34fb"))
-        #expect(cccd["Characteristic"] == .objectPath(ObjectPath(hr + "/service000a/char000b")!))
-        #expect(objects[ObjectPath(hr + "/service0012/char0013")!]?[Interface.characteristic]?["UUID"]
+        #expect(cccd["Characteristic"] == .objectPath(ObjectPath(hr + "/service0014/char0015")!))
+        #expect(objects[ObjectPath(hr + "/service001c/char001d")!]?[Interface.characteristic]?["UUID"]
                 == .string("00002a19-0000-1000-8000-00805f9b34fb"))
         // After resolution UUIDs lists the primary services.
         let uuids = try await sim.property(hr, Interface.device, "UUIDs").strings ?? []

@@ -89,7 +89,7 @@ import Testing
         let hr = Sim.devicePath(Sim.hr)
         let mark = sim.mark
         try await sim.connect(Sim.hr)
-        try await sim.signal(after: mark) { $0.adds(hr + "/service0016/char001d") }
+        try await sim.signal(after: mark) { $0.adds(hr + "/service0020/char0027") }
         let all = sim.signals(after: mark) { _ in true }
         let resolved = try #require(all.firstIndex { $0.changes(hr, Interface.device, "ServicesResolved", .bool(true)) })
         let added = try #require(all.firstIndex { $0.member == "InterfacesAdded" })
