@@ -15,6 +15,7 @@ public final class BlueZCentral: Central {
     private let scan = Mutex(ScanState())
     let queues = DeviceQueues()
     let waiters = Waiters()
+    private let lastReload = Mutex<Task<Void, Never>?>(nil)
     private let eventHandler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
     /// The last state reported, so that only changes are.
     private let lastStatus = Mutex<ManagerStatus?>(nil)
@@ -103,7 +104,22 @@ public final class BlueZCentral: Central {
         await reload()
     }
 
+    /// Reads every object again. Reloads run one after another: two at once would let the
+    /// later snapshot overwrite signals applied after the earlier one.
     func reload() async {
+        let mine = lastReload.withLock { last -> Task<Void, Never> in
+            let before = last
+            let task = Task { [weak self] in
+                await before?.value
+                await self?.loadObjects()
+            }
+            last = task
+            return task
+        }
+        await mine.value
+    }
+
+    private func loadObjects() async {
         tree.beginLoading()
         do {
             let reply = try await connection.call(.methodCall(destination: BlueZ.service, path: .root,

@@ -216,3 +216,13 @@ def test_disconnect(connected):
     status, body, _ = connected.post(f"/v1/devices/{HR}/disconnect")
     assert status == 200 and body["state"] == "disconnected"
     error_of(connected.get(f"/v1/devices/{HR}/characteristics/2a19/value"), 409, "CBErrorDomain", 3, "notConnected")
+
+
+def test_devices_connect_at_the_same_time(gateway):
+    gateway.discover(HR, SERIAL, SECURE)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(lambda d: gateway.post(f"/v1/devices/{d}/connect", {"timeout": 10}), (HR, SERIAL, SECURE)))
+    assert [r[0] for r in replies] == [200, 200, 200], [r[1] for r in replies]
+    for device, services in ((HR, {"1801", "180d", "180f", "180a"}), (SERIAL, {"1801", "ffe0", "180a"}), (SECURE, {"1801", "5678"})):
+        _, tree, _ = gateway.get(f"/v1/devices/{device}/gatt")
+        assert {s["uuid"][4:8] for s in tree["services"]} == services
