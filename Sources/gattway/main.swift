@@ -63,7 +63,8 @@ func run(_ options: Options) async -> Int32 {
         connection = try Connection(address: address)
     } catch {
         log("gattway: cannot connect to the D-Bus system bus at \(address): \(error)")
-        log("gattway: is dbus running, and (in a container) is /run/dbus mounted? Or try --simulate.")
+        log("gattway: is dbus running? In a container: is /run/dbus mounted, and does the host know the uid"
+            + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate.")
         return 1
     }
     let central = BlueZCentral(connection: connection, adapter: options.adapter, log: log)
