@@ -131,7 +131,9 @@ public enum WriteType: Sendable, Hashable {
     public func maximumWriteValueLength(mtu: Int?) -> Int {
         switch self {
         case .withResponse: return Self.maximumAttributeLength
-        case .withoutResponse: return min(max((mtu ?? 23) - 3, 20), Self.maximumAttributeLength)
+        case .withoutResponse:
+            let clamped = min(max(mtu ?? 23, 23), 517)  // ATT MTUs are 23...517, whatever a peer claims
+            return min(clamped - 3, Self.maximumAttributeLength)
         }
     }
 

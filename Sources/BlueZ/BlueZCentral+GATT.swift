@@ -117,7 +117,9 @@ extension BlueZCentral {
 
     public func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic handle: UInt16) async throws(BLEError) -> Bool {
         try await queues.run(id) { () async throws(BLEError) -> Bool in
-            let (path, characteristic) = try self.characteristic(id, handle)
+            // BlueZ takes StopNotify while disconnected (its session would otherwise come back on
+            // reconnect with nobody holding it); StartNotify needs the link.
+            let (path, characteristic) = try self.characteristic(id, handle, connected: enabled)
             guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
                 throw BLEError(att: .requestNotSupported, "characteristic \(Self.describe(characteristic)) neither notifies nor indicates")
             }
@@ -262,8 +264,8 @@ extension BlueZCentral {
         }.sorted { $0.handle < $1.handle }
     }
 
-    private func characteristic(_ id: BluetoothAddress, _ handle: UInt16) throws(BLEError) -> (ObjectPath, GATTCharacteristic) {
-        let device = try connectedPath(id)
+    private func characteristic(_ id: BluetoothAddress, _ handle: UInt16, connected: Bool = true) throws(BLEError) -> (ObjectPath, GATTCharacteristic) {
+        let device = connected ? try connectedPath(id) : try devicePath(id)
         for service in gattTree(device) {
             for c in service.characteristics where c.handle == handle {
                 let path = tree.objects(with: BlueZ.gattCharacteristicInterface, under: device)

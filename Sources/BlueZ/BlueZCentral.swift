@@ -49,11 +49,21 @@ public final class BlueZCentral: Central {
         }
     }
 
-    public init(connection: Connection, adapter: String?, log: @escaping @Sendable (String) -> Void = { _ in }) {
+    /// `onBusLost` runs once if the D-Bus connection itself goes (dbus-daemon stopped): nothing
+    /// works after that until the program connects again.
+    public init(connection: Connection, adapter: String?, log: @escaping @Sendable (String) -> Void = { _ in },
+                onBusLost: @escaping @Sendable () -> Void = {}) {
         self.connection = connection
         self.adapterName = adapter
         self.log = log
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
+        connection.setDisconnectHandler { [weak self] in
+            guard let self else { return }
+            self.log("the D-Bus connection is lost")
+            self.bus.withLock { $0 = .failed(BusError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the D-Bus connection is lost")) }
+            self.reportStatus()
+            onBusLost()
+        }
     }
 
     public func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
@@ -130,13 +140,23 @@ public final class BlueZCentral: Central {
                 if let path = entry.key.objectPath { objects[path] = Connection.interfaces(entry.value) }
             }
             bus.withLock { $0 = .ready }
-            tree.load(objects, replySerial: reply.serial)
+            tree.load(objects, replySerial: reply.serial, owner: reply.sender)
             let adapters = objects.values.filter { $0[BlueZ.adapterInterface] != nil }.count
             log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(adapterPath()?.lastElement ?? "none")")
         } catch {
             let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
-            bus.withLock { $0 = absent ? .absent : .failed(error) }
-            tree.load([:], replySerial: .max)
+            let hadObjects = bus.withLock { state -> Bool in
+                if case .ready = state, !absent { return true }
+                state = absent ? .absent : .failed(error)
+                return false
+            }
+            if hadObjects {
+                // A slow answer (a reload after a connect): keep what the mirror has; signals
+                // held meanwhile are newer than it.
+                tree.resume()
+            } else {
+                tree.load([:], replySerial: .max, owner: nil)
+            }
             reportStatus()
             log("cannot read BlueZ's objects: \(error)")
         }
@@ -211,13 +231,11 @@ public final class BlueZCentral: Central {
         if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
         try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
 
-        let alreadyScanning = scan.withLock { $0.scanning }
-        if !alreadyScanning {
-            do {
-                try await adapterCall(adapter, "StartDiscovery")
-            } catch where error.detail?.contains("InProgress") == true {
-                // This connection is already discovering (a scan we lost track of): keep it.
-            }
+        // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
+        // side believes; InProgress means this connection still discovers.
+        do {
+            try await adapterCall(adapter, "StartDiscovery")
+        } catch where error.detail?.contains("InProgress") == true {
         }
         let now = Date()
         let (status, generation) = scan.withLock { s -> (ScanStatus, Int) in
@@ -291,7 +309,12 @@ public final class BlueZCentral: Central {
         case .reloaded, .added, .removed:
             reportStatus()
         case .properties(let p, let interface, let changed, _):
-            if interface == BlueZ.adapterInterface { reportStatus() }
+            if interface == BlueZ.adapterInterface {
+                if changed["Powered"]?.bool == false, p == adapterPath() {
+                    scan.withLock { $0.scanning = false; $0.stopsAt = nil; $0.generation += 1 }
+                }
+                reportStatus()
+            }
             if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
             if interface == BlueZ.gattCharacteristicInterface, let value = changed["Value"]?.bytes { valueChanged(p, value) }
         }

@@ -6,7 +6,9 @@ import Synchronization
 /// Signals are applied on the D-Bus thread as they arrive. While `GetManagedObjects` is under
 /// way they are held back; when its reply comes, those with a serial above the reply's are
 /// applied on top of it (bluetoothd numbers its signals and replies in the order it sends
-/// them), so no change is lost and none is applied twice.
+/// them), so no change is lost and none is applied twice. Only signals from the connection
+/// that answered `GetManagedObjects` (bluetoothd's unique name) count: any bus peer can send
+/// a signal to gattway directly, and a forged one must not change what gattway believes.
 final class ObjectTree: Sendable {
     typealias Interfaces = [String: [String: Value]]
 
@@ -22,6 +24,8 @@ final class ObjectTree: Sendable {
         var objects: [ObjectPath: Interfaces] = [:]
         var loading = true
         var held: [Message] = []
+        /// bluetoothd's unique name, from the last `GetManagedObjects` reply.
+        var owner: String?
     }
 
     private let state = Mutex(State())
@@ -37,21 +41,33 @@ final class ObjectTree: Sendable {
     /// Starts holding signals back until `load` completes.
     func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }
 
-    /// Installs a `GetManagedObjects` result whose reply had serial `replySerial`.
-    func load(_ objects: [ObjectPath: Interfaces], replySerial: UInt32) {
+    /// Installs a `GetManagedObjects` result whose reply had serial `replySerial` and came from `owner`.
+    func load(_ objects: [ObjectPath: Interfaces], replySerial: UInt32, owner: String?) {
         let changes = state.withLock { s -> [Change] in
             s.objects = objects
             s.loading = false
-            let later = s.held.filter { $0.serial > replySerial }
+            s.owner = owner
+            let later = s.held.filter { $0.serial > replySerial && $0.sender == owner }
             s.held.removeAll()
             return [.reloaded] + later.compactMap { ObjectTree.apply($0, to: &s.objects) }
         }
         for change in changes { observer(change) }
     }
 
+    /// Ends a load that failed, keeping the objects: the signals held meanwhile apply on top.
+    func resume() {
+        let changes = state.withLock { s -> [Change] in
+            s.loading = false
+            let held = s.held.filter { $0.sender == s.owner }
+            s.held.removeAll()
+            return held.compactMap { ObjectTree.apply($0, to: &s.objects) }
+        }
+        for change in changes { observer(change) }
+    }
+
     /// Empties the tree (org.bluez left the bus).
     func clear() {
-        state.withLock { $0.objects.removeAll(); $0.loading = true; $0.held.removeAll() }
+        state.withLock { $0.objects.removeAll(); $0.loading = true; $0.held.removeAll(); $0.owner = nil }
         observer(.reloaded)
     }
 
@@ -62,6 +78,7 @@ final class ObjectTree: Sendable {
                 if s.held.count < 10_000 { s.held.append(signal) }
                 return nil
             }
+            guard signal.sender == s.owner else { return nil }
             return ObjectTree.apply(signal, to: &s.objects)
         }
         if let change { observer(change) }

@@ -10,11 +10,14 @@ final class DeviceQueues: Sendable {
 
     init(limit: Int = 32) { self.limit = limit }
 
-    private final class Queue: Sendable {
+    /// `@unchecked Sendable`: `users` is only touched under `DeviceQueues.queues`' lock.
+    private final class Queue: @unchecked Sendable {
         struct State {
             var busy = false
             var waiting: [CheckedContinuation<Void, Never>] = []
         }
+        /// Operations that hold this queue (running or waiting); guarded by the queues' lock.
+        var users = 0
         let state = Mutex(State())
     }
 
@@ -26,10 +29,17 @@ final class DeviceQueues: Sendable {
     /// Runs `body` when the device's earlier operations are done.
     func run<T: Sendable>(_ id: BluetoothAddress, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
         let queue = queues.withLock { queues -> Queue in
-            if let existing = queues[id] { return existing }
-            let created = Queue()
-            queues[id] = created
-            return created
+            let queue = queues[id] ?? Queue()
+            queues[id] = queue
+            queue.users += 1
+            return queue
+        }
+        // A device nobody operates on keeps no queue (rotating private addresses are many).
+        defer {
+            queues.withLock { queues in
+                queue.users -= 1
+                if queue.users == 0 { queues[id] = nil }
+            }
         }
         let admitted = await enter(queue)
         guard admitted else {

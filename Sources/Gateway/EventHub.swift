@@ -70,25 +70,28 @@ final class EventHub: Sendable {
     }
     private let state = Mutex(State())
 
+    /// Offers happen under the hub's lock, so every client sees events in `seq` order even when
+    /// two threads publish at once (an offer never waits: it queues and writes what fits).
     func publish(_ event: CentralEvent) {
-        let (hubEvent, clients) = state.withLock { s -> (HubEvent, [StreamClient]) in
+        let disconnects = state.withLock { s -> [@Sendable () -> Void] in
             s.seq += 1
             let e = HubEvent(seq: s.seq, time: Date(), event: event)
             s.ring.append(e)
             if s.ring.count > Self.ringSize { s.ring.removeFirst(s.ring.count - Self.ringSize) }
-            return (e, Array(s.clients.values))
+            return s.clients.values.compactMap { $0.offer(e) }
         }
-        for client in clients { client.offer(hubEvent) }
+        for disconnect in disconnects { disconnect() }
     }
 
-    /// Registers a client; events after `lastEventID` still in the ring are offered first.
+    /// Registers a client; events after `lastEventID` still in the ring are offered first, and
+    /// no live event overtakes them.
     func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {
-        let replay = state.withLock { s -> [HubEvent] in
+        let disconnects = state.withLock { s -> [@Sendable () -> Void] in
             s.clients[client.id] = client
             guard let lastEventID else { return [] }
-            return s.ring.filter { $0.seq > lastEventID }
+            return s.ring.filter { $0.seq > lastEventID }.compactMap { client.offer($0) }
         }
-        for e in replay { client.offer(e) }
+        for disconnect in disconnects { disconnect() }
     }
 
     func remove(_ client: StreamClient) { _ = state.withLock { $0.clients.removeValue(forKey: client.id) } }
@@ -143,7 +146,10 @@ final class StreamClient: Sendable {
     func deselect(_ name: String) -> Selection? { state.withLock { $0.selections.removeValue(forKey: name) } }
     var selections: [String: Selection] { state.withLock { $0.selections } }
 
-    func offer(_ event: HubEvent) {
+    /// Queues the event if a selection wants it and writes what the transport takes. Returns
+    /// the transport's disconnect when the client has lost too many events (the caller runs it
+    /// outside its locks).
+    func offer(_ event: HubEvent) -> (@Sendable () -> Void)? {
         let overLimit = state.withLock { s -> Bool in
             guard !s.closed else { return false }
             for (name, selection) in s.selections where selection.matches(event) {
@@ -159,10 +165,10 @@ final class StreamClient: Sendable {
         }
         if overLimit {
             close()
-            disconnect()
-            return
+            return disconnect
         }
         flush()
+        return nil
     }
 
     /// Writes queued events while the transport takes them.

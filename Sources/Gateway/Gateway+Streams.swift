@@ -123,6 +123,15 @@ extension Gateway {
             },
             disconnect: { socket.close(code: 1008, reason: "too slow: events were dropped") })
         hub.add(client)
+        // What the socket's buffer refused waits in the client's queue; try again now and then
+        // (for SSE the keep-alive does this), so the tail of a burst is not left behind.
+        let flusher = Task {
+            while !socket.isClosed {
+                try? await Task.sleep(for: .milliseconds(250))
+                client.flush()
+            }
+        }
+        defer { flusher.cancel() }
         let session = WebSocketSession(gateway: self, client: client)
         for await message in socket.messages {
             guard case .text(let text) = message else {

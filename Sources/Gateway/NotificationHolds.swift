@@ -14,9 +14,10 @@ final class NotificationHolds: Sendable {
     private let counts = Mutex<[Key: Int]>([:])
     /// The REST API's own holds (`POST`/`DELETE .../notifications`): one per characteristic.
     private let restHolds = Mutex<Set<Key>>([])
-    /// Acquire and release run one after another, so that two first holds cannot both start
-    /// notifications and a release cannot overtake the acquire it undoes.
-    private let tail = Mutex<Task<Void, Never>?>(nil)
+    /// Per characteristic, acquire and release run one after another, so that two first holds
+    /// cannot both start notifications and a release cannot overtake the acquire it undoes.
+    /// Other characteristics (and devices) do not wait for them.
+    private let tails = Mutex<[Key: Task<Void, Never>]>([:])
 
     init(central: Central) { self.central = central }
 
@@ -24,7 +25,7 @@ final class NotificationHolds: Sendable {
 
     /// Adds a hold; starts notifications if it is the first. On failure nothing is held.
     func acquire(_ key: Key) async throws(BLEError) {
-        let result: Result<Void, BLEError> = await serially {
+        let result: Result<Void, BLEError> = await serially(key) {
             if self.count(key) == 0 {
                 do {
                     _ = try await self.central.setNotifyValue(true, key.device, characteristic: key.characteristic)
@@ -42,7 +43,7 @@ final class NotificationHolds: Sendable {
 
     /// Drops a hold; stops notifications when it was the last.
     func release(_ key: Key) async {
-        await serially {
+        await serially(key) {
             let left = self.counts.withLock { counts -> Int in
                 let n = max((counts[key] ?? 0) - 1, 0)
                 counts[key] = n == 0 ? nil : n
@@ -67,17 +68,16 @@ final class NotificationHolds: Sendable {
         await release(key)
     }
 
-    private func serially<T: Sendable>(_ work: @escaping @Sendable () async -> T) async -> T {
-        let (stream, continuation) = AsyncStream.makeStream(of: T.self)
-        tail.withLock { tail in
-            let previous = tail
-            tail = Task {
+    private func serially<T: Sendable>(_ key: Key, _ work: @escaping @Sendable () async -> T) async -> T {
+        let task = tails.withLock { tails -> Task<T, Never> in
+            let previous = tails[key]
+            let task = Task {
                 await previous?.value
-                continuation.yield(await work())
-                continuation.finish()
+                return await work()
             }
+            tails[key] = Task { _ = await task.value }
+            return task
         }
-        for await value in stream { return value }
-        fatalError("serial work finished without a value")
+        return await task.value
     }
 }

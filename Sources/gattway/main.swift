@@ -67,7 +67,13 @@ func run(_ options: Options) async -> Int32 {
             + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate.")
         return 1
     }
-    let central = BlueZCentral(connection: connection, adapter: options.adapter, log: log)
+    // Without its bus gattway can do nothing: stop, with a failure code, so that a supervisor
+    // (systemd, Docker's restart policy) starts it again.
+    let busLost = Atomic<Bool>(false)
+    let central = BlueZCentral(connection: connection, adapter: options.adapter, log: log, onBusLost: {
+        busLost.store(true, ordering: .releasing)
+        kill(getpid(), SIGTERM)
+    })
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
@@ -98,7 +104,7 @@ func run(_ options: Options) async -> Int32 {
     _ = try? await central.stopScan()
     connection.close()
     simulation?.stop()
-    return 0
+    return busLost.load(ordering: .acquiring) ? 1 : 0
 }
 
 switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } }) {

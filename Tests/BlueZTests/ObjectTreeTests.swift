@@ -4,26 +4,32 @@ import Testing
 
 private let device = ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!
 
+/// bluetoothd's unique name in these tests.
+private let bluez = ":1.7"
+
 private func added(_ path: ObjectPath, _ props: [(String, Value)], serial: UInt32) -> Message {
     var m = Message.signal(path: .root, interface: Connection.objectManagerInterface, member: "InterfacesAdded", [
         .objectPath(path),
         .dictionary(key: Signature("s")!, value: Signature("a{sv}")!, [.init(.string("org.bluez.Device1"), .stringVariantDictionary(props))]),
     ])
     m.serial = serial
+    m.sender = bluez
     return m
 }
 
-private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated: [String] = [], serial: UInt32) -> Message {
+private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated: [String] = [], serial: UInt32,
+                     sender: String = bluez) -> Message {
     var m = Message.signal(path: path, interface: Connection.propertiesInterface, member: "PropertiesChanged",
                            [.string("org.bluez.Device1"), .stringVariantDictionary(props), .strings(invalidated)])
     m.serial = serial
+    m.sender = sender
     return m
 }
 
 @Suite struct ObjectTreeTests {
     @Test func signalsUpdateTheMirror() {
         let tree = ObjectTree()
-        tree.load([:], replySerial: 0)
+        tree.load([:], replySerial: 0, owner: bluez)
         tree.apply(added(device, [("Address", .string("F0:00:00:00:00:01")), ("RSSI", .int16(-60))], serial: 1))
         tree.apply(changed(device, [("RSSI", .int16(-50))], serial: 2))
         #expect(tree.properties(at: device, "org.bluez.Device1")?["RSSI"] == .int16(-50))
@@ -32,6 +38,7 @@ private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated
         var removed = Message.signal(path: .root, interface: Connection.objectManagerInterface, member: "InterfacesRemoved",
                                      [.objectPath(device), .strings(["org.bluez.Device1"])])
         removed.serial = 4
+        removed.sender = bluez
         tree.apply(removed)
         #expect(tree.interfaces(at: device) == nil)
     }
@@ -43,15 +50,26 @@ private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated
         tree.apply(changed(device, [("RSSI", .int16(-90))], serial: 9))
         // Sent after it: must be applied on top.
         tree.apply(changed(device, [("Name", .string("new"))], serial: 11))
-        tree.load([device: ["org.bluez.Device1": ["RSSI": .int16(-40), "Name": .string("old")]]], replySerial: 10)
+        tree.load([device: ["org.bluez.Device1": ["RSSI": .int16(-40), "Name": .string("old")]]], replySerial: 10, owner: bluez)
         let props = tree.properties(at: device, "org.bluez.Device1")
         #expect(props?["RSSI"] == .int16(-40))
         #expect(props?["Name"] == .string("new"))
     }
 
+    @Test func signalsFromAnyoneButBluetoothdAreIgnored() {
+        let tree = ObjectTree()
+        tree.beginLoading()
+        tree.apply(changed(device, [("RSSI", .int16(-1))], serial: 50, sender: ":1.99"))  // held, then dropped
+        tree.load([device: ["org.bluez.Device1": ["RSSI": .int16(-40)]]], replySerial: 10, owner: bluez)
+        tree.apply(changed(device, [("RSSI", .int16(-2))], serial: 51, sender: ":1.99"))
+        #expect(tree.properties(at: device, "org.bluez.Device1")?["RSSI"] == .int16(-40))
+        tree.apply(changed(device, [("RSSI", .int16(-3))], serial: 52))
+        #expect(tree.properties(at: device, "org.bluez.Device1")?["RSSI"] == .int16(-3))
+    }
+
     @Test func propertiesOfUnknownObjectsAreIgnored() {
         let tree = ObjectTree()
-        tree.load([:], replySerial: 0)
+        tree.load([:], replySerial: 0, owner: bluez)
         tree.apply(changed(device, [("RSSI", .int16(-50))], serial: 1))
         #expect(tree.interfaces(at: device) == nil)
     }
