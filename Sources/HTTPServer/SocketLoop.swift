@@ -31,6 +31,10 @@ final class SocketLoop: Sendable {
 
     /// How long a closing socket waits for the client's close frame (and for its own to go out).
     static let closeTimeout = Duration.seconds(2)
+    /// Bytes read from one socket per turn of the loop: sockets are edge-triggered, and a client
+    /// that sends faster than it is parsed must not keep the thread from the others, from
+    /// timers and from shutting down.
+    static let readBudget = 256 * 1024
     /// epoll data of the eventfd; WebSocket tokens count up from 1, watch tokens have the top bit set.
     private static let wakeToken: UInt64 = 0
     private static let watchBit: UInt64 = 1 << 63
@@ -137,6 +141,8 @@ final class SocketLoop: Sendable {
     private final class LoopThread {
         let loop: SocketLoop
         var peers: [UInt64: Peer] = [:]
+        /// Peers that used up their read budget with bytes still waiting (no new edge will come).
+        var ready: Set<UInt64> = []
         /// Where `recv` reads to.
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
 
@@ -179,7 +185,7 @@ final class SocketLoop: Sendable {
             var events = [epoll_event](repeating: epoll_event(), count: 64)
             var running = true
             while running {
-                let count = epoll_wait(loop.epollFD, &events, Int32(events.count), timeoutMilliseconds())
+                let count = epoll_wait(loop.epollFD, &events, Int32(events.count), ready.isEmpty ? timeoutMilliseconds() : 0)
                 guard count >= 0 else {
                     if errno == EINTR { continue }
                     fatalError("epoll_wait: \(String(cString: strerror(errno)))")
@@ -198,6 +204,9 @@ final class SocketLoop: Sendable {
                             flush(peer)
                         }
                     }
+                }
+                for token in ready {
+                    if let peer = peers[token] { receive(peer) } else { ready.remove(token) }
                 }
                 checkTimers()
             }
@@ -249,9 +258,17 @@ final class SocketLoop: Sendable {
 
         /// Reads what the socket has and acts on it.
         private func receive(_ peer: Peer) {
+            let token = peer.socket.token
+            var budget = SocketLoop.readBudget
+            ready.remove(token)
             while peer.reading {
+                guard budget > 0 else {
+                    ready.insert(token)
+                    break
+                }
                 switch SocketIO.receive(peer.fd, into: scratch) {
                 case .transferred(let count):
+                    budget -= count
                     peer.lastHeard = .now
                     peer.pinged = false
                     peer.inbound.append(UnsafeRawBufferPointer(rebasing: scratch[..<count]))
@@ -268,7 +285,7 @@ final class SocketLoop: Sendable {
                     return
                 }
             }
-            flush(peer)
+            if peers[token] != nil { flush(peer) }
         }
 
         /// Acts on the complete frames read so far.
@@ -329,6 +346,7 @@ final class SocketLoop: Sendable {
             epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, peer.fd, nil)
             _ = gw_mhd_upgrade_close(peer.handle.pointer)
             peers[peer.socket.token] = nil
+            ready.remove(peer.socket.token)
             if case .closing(let code) = peer.socket.phase {
                 peer.socket.finish(code: code)
             } else {

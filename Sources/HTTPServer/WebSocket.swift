@@ -32,6 +32,14 @@ public final class WebSocket: Sendable {
 
     /// Messages waiting for the handler before the socket is closed with 1008.
     static let messageQueueLimit = 64
+    /// What the queued messages may hold at most, whatever their count: with 64 KiB messages
+    /// 64 waiting would pin 4 MiB per socket.
+    static let messageQueueBytes = 256 * 1024
+
+    /// Messages that may wait: 64, fewer when large messages are allowed (at least 4).
+    static func queueLimit(maxMessageBytes: Int) -> Int {
+        min(messageQueueLimit, max(4, messageQueueBytes / max(maxMessageBytes, 1)))
+    }
 
     enum Phase: Equatable {
         case open
@@ -61,7 +69,8 @@ public final class WebSocket: Sendable {
     }
 
     init(settings: WebSocketUpgrade, token: UInt64, loop: SocketLoop) {
-        (messages, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.messageQueueLimit))
+        (messages, continuation) = AsyncStream.makeStream(
+            bufferingPolicy: .bufferingOldest(Self.queueLimit(maxMessageBytes: settings.maxMessageBytes)))
         self.settings = settings
         self.token = token
         self.loop = loop

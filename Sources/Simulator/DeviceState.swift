@@ -17,6 +17,8 @@ struct DeviceState: Sendable {
     var temporary = true
     /// The pending TemporaryTimeout removal.
     var temporaryTimer: Int?
+    /// When bluetoothd last heard the device advertise: each report restarts TemporaryTimeout.
+    var heardAt: ContinuousClock.Instant?
     var name: String?
     var alias: String?
     var paired = false

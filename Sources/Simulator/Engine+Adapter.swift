@@ -101,6 +101,9 @@ extension Engine {
         guard !device.faults.outOfRange, device.link == .idle || isConnecting(d), !device.blocked else { return }
         let merged = MergedDiscovery(discoveryClients.values)
         let ad = nextAdvertisement(d)
+        // bluetoothd restarts a device's TemporaryTimeout on every report it hears, even one
+        // the discovery filter then drops.
+        devices[d].heardAt = .now
         guard merged.reports(ad, address: device.address) else { return }
         discoveryFound.insert(d)
 
@@ -190,6 +193,16 @@ extension Engine {
 
     private func temporaryTimeout(_ d: Int, id: Int) {
         guard devices[d].temporaryTimer == id, devices[d].temporary, devices[d].exported, devices[d].link == .idle else { return }
+        let timeout = Duration.seconds(adapterConfig.temporaryTimeoutSec)
+        if let heard = devices[d].heardAt, ContinuousClock.now - heard < timeout {
+            // Heard since the timer started: wait out the rest from the last report.
+            let left = timeout - (ContinuousClock.now - heard)
+            let next = makeID()
+            devices[d].temporaryTimer = next
+            let ms = Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000) + 1
+            tasks.after(milliseconds: ms) { await self.temporaryTimeout(d, id: next) }
+            return
+        }
         log("\(devices[d].address) removed: TemporaryTimeout expired")
         removeDevice(d)
     }

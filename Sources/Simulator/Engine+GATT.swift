@@ -156,12 +156,19 @@ extension Engine {
     }
 
     private func completeWrite(_ d: Int, _ attribute: Attribute, id: Int, data: [UInt8], offset: Int) {
-        let pending: PendingCall?
+        // Only this write's own timer may complete it: a late timer of a write lost with the
+        // link must not take a newer one away.
+        let pending: PendingCall
         switch attribute {
-        case .characteristic(let c): pending = devices[d].characteristics[c].write; devices[d].characteristics[c].write = nil
-        case .descriptor(let x): pending = devices[d].descriptors[x].write; devices[d].descriptors[x].write = nil
+        case .characteristic(let c):
+            guard let p = devices[d].characteristics[c].write, p.id == id else { return }
+            pending = p
+            devices[d].characteristics[c].write = nil
+        case .descriptor(let x):
+            guard let p = devices[d].descriptors[x].write, p.id == id else { return }
+            pending = p
+            devices[d].descriptors[x].write = nil
         }
-        guard let pending, pending.id == id else { return }
         switch peerWrite(d, attribute, data, offset: offset, command: false) {
         case .success:
             reply(pending.call)

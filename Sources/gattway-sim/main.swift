@@ -156,11 +156,16 @@ let logLines = Mutex<(ready: Bool, held: [String])>((false, []))
 let simulator = Simulator(connection: connection, configuration: configuration, log: log)
 
 /// Why the program ends: a signal, or the bus went away.
-let finished = Mutex<CheckedContinuation<String, Never>?>(nil)
+/// The waiting main task, or the reason that came before it waited (a signal during start-up).
+let finished = Mutex<(continuation: CheckedContinuation<String, Never>?, early: String?)>((nil, nil))
 @Sendable func finish(_ reason: String) {
-    finished.withLock { c in
-        c?.resume(returning: reason)
-        c = nil
+    finished.withLock { f in
+        if let c = f.continuation {
+            c.resume(returning: reason)
+            f.continuation = nil
+        } else if f.early == nil {
+            f.early = reason
+        }
     }
 }
 
@@ -178,7 +183,11 @@ let signalSources = watchSignals(finish)
 connection.setDisconnectHandler { finish("the bus connection was lost") }
 
 let reason = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
-    finished.withLock { $0 = continuation }
+    let early = finished.withLock { f -> String? in
+        if f.early == nil { f.continuation = continuation }
+        return f.early
+    }
+    if let early { return continuation.resume(returning: early) }
     Task {
         do {
             try await simulator.start()

@@ -165,4 +165,22 @@ import Testing
         try await sim.signal(timeout: .seconds(3)) { $0.removes(Sim.devicePath(Sim.hr)) }
         #expect(try await sim.managedObjects()[ObjectPath(Sim.devicePath(Sim.serial))!] != nil)
     }
+
+    @Test func aDeviceThatKeepsAdvertisingIsNotRemovedDuringDiscovery() async throws {
+        var configuration = SimulatorConfiguration.builtIn
+        configuration.adapter.temporaryTimeoutSec = 1
+        configuration.devices[0].advertisingIntervalMs = 200
+        let sim = try await Sim.start(configuration)
+        defer { sim.close() }
+        let hr = Sim.devicePath(Sim.hr)
+        let mark = sim.mark
+        _ = try await sim.call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        try await sim.signal(after: mark) { $0.adds(hr) }
+        // Three TemporaryTimeouts long, bluetoothd keeps hearing it: no removal (BlueZ restarts
+        // the timer at every report).
+        try await Task.sleep(for: .milliseconds(3000))
+        #expect(sim.signals(after: mark) { $0.removes(hr) }.isEmpty)
+        _ = try await sim.call(Sim.adapter, Interface.adapter, "StopDiscovery")
+        try await sim.signal(after: mark, timeout: .seconds(3)) { $0.removes(hr) }
+    }
 }

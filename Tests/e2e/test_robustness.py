@@ -51,3 +51,47 @@ def test_scanning_restarts_after_the_adapter_power_cycles(gateway):
     assert status == 200, body
     assert wait_for(lambda: gateway.get("/v1/adapters")[1]["adapters"][0]["discovering"], 5)
     assert wait_for(lambda: any(d["id"] == HR for d in gateway.get("/v1/devices")[1]["devices"]), 5)
+
+
+def test_a_flooding_websocket_client_does_not_stall_the_others(gateway):
+    """One client sends pings as fast as it can and never reads; another must still get
+    answers promptly (the socket thread reads each socket within a budget per turn)."""
+    import os
+    import threading
+    import time
+    import json
+    import websockets
+    from test_streams import raw_websocket
+
+    flooder = raw_websocket(gateway)
+    stop = threading.Event()
+    mask = os.urandom(4)
+    payload = b"p" * 125
+    frame = bytes([0x89, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    burst = frame * 500
+
+    def flood():
+        flooder.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                flooder.sendall(burst)
+            except OSError:
+                break
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    time.sleep(0.5)  # the flood is under way
+
+    async def ask():
+        async with websockets.connect(gateway.base.replace("http://", "ws://") + "/v1/ws") as ws:
+            started = time.monotonic()
+            await ws.send(json.dumps({"op": "fly", "id": "q"}))
+            reply = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            return reply, time.monotonic() - started
+    try:
+        reply, elapsed = asyncio.run(ask())
+    finally:
+        stop.set()
+        t.join(2)
+        flooder.close()
+    assert reply["id"] == "q"
+    assert elapsed < 2, f"the answer took {elapsed:.1f} s behind the flood"
