@@ -23,7 +23,7 @@ bin="$(swift build --show-bin-path)"
 
 step "swift test"
 swift test --skip-build > .build/swift-test.log 2>&1 || true
-grep -E '^(✘|✔ Test run with|Test run with|.*error:)' .build/swift-test.log || true
+grep -E '^(✘|✔ Test run with|Test run with|error:)|: error:' .build/swift-test.log || true
 grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail -80 .build/swift-test.log; exit 1; }
 
 step "python test tools"

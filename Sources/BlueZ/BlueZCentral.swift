@@ -14,6 +14,9 @@ public final class BlueZCentral: Central {
     private let bus = Mutex<BusState>(.starting)
     private let scan = Mutex(ScanState())
     let queues = DeviceQueues()
+    /// Starting and stopping a scan take several BlueZ calls each; one runs at a time, so that a
+    /// stop cannot interleave with a start (the adapter's own queue, keyed by its address).
+    private let scanCalls = ScanCalls()
     let waiters = Waiters()
     private let lastReload = Mutex<Task<Void, Never>?>(nil)
     private let eventHandler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
@@ -221,6 +224,14 @@ public final class BlueZCentral: Central {
     // MARK: - Scanning
 
     public func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try await scanCalls.run { () async throws(BLEError) -> ScanStatus in try await self.startScanNow(options) }
+    }
+
+    public func stopScan() async throws(BLEError) -> ScanStatus {
+        try await scanCalls.run { () async throws(BLEError) -> ScanStatus in try await self.stopScanNow() }
+    }
+
+    private func startScanNow(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
         try options.validate()
         guard options.active else {
             throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
@@ -258,7 +269,7 @@ public final class BlueZCentral: Central {
         return status
     }
 
-    public func stopScan() async throws(BLEError) -> ScanStatus {
+    private func stopScanNow() async throws(BLEError) -> ScanStatus {
         let wasScanning = scan.withLock { s -> Bool in
             defer { s.scanning = false; s.stopsAt = nil; s.generation += 1 }
             return s.scanning

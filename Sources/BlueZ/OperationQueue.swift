@@ -79,3 +79,13 @@ final class DeviceQueues: Sendable {
         next?.resume()
     }
 }
+
+/// The adapter's scan calls, one at a time (a one-slot `DeviceQueues` under a fixed key).
+final class ScanCalls: Sendable {
+    private let queue = DeviceQueues(limit: 64)
+    private static let key = BluetoothAddress(bytes: [0, 0, 0, 0, 0, 0])!
+
+    func run<T: Sendable>(_ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
+        try await queue.run(Self.key, body)
+    }
+}

@@ -344,6 +344,8 @@ private final class Core: @unchecked Sendable {
             let message = Marshal.parse(raw)
             let handlers = subscriptions.withLock { s in s.items.values.filter { $0.0.matches(message) }.map(\.1) }
             for handler in handlers { handler(message) }
+            // File descriptors a signal carried were duplicated for us; no signal handler keeps one.
+            message.body.forEach(Value.closeDescriptors)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
         if type == Int32(GW_DBUS_MESSAGE_TYPE_METHOD_CALL), let handler = methodCallHandler.withLock({ $0 }) {

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A D-Bus value with its type. Containers carry their element signature so that empty
 /// arrays and dictionaries marshal correctly.
 public indirect enum Value: Hashable, Sendable {
@@ -52,6 +54,23 @@ public indirect enum Value: Hashable, Sendable {
         case .structure(let fields): return Signature(trusted: "(" + fields.map(\.signature.rawValue).joined() + ")")
         case .variant: return Signature(trusted: "v")
         case .unixFD: return Signature(trusted: "h")
+        }
+    }
+}
+
+// MARK: - Descriptors
+
+private func closeDescriptor(_ fd: Int32) { _ = Glibc.close(fd) }
+
+extension Value {
+    /// Closes every file descriptor inside `value` (received ones belong to the receiver).
+    static func closeDescriptors(_ value: Value) {
+        switch value {
+        case .unixFD(let fd): closeDescriptor(fd)
+        case .array(_, let items), .structure(let items): items.forEach(closeDescriptors)
+        case .dictionary(_, _, let entries): entries.forEach { closeDescriptors($0.key); closeDescriptors($0.value) }
+        case .variant(let inner): closeDescriptors(inner)
+        default: break
         }
     }
 }

@@ -1,4 +1,5 @@
 import Testing
+import Glibc
 @testable import DBus
 
 /// A private dbus-daemon and two connections on it: `server` echoes every method call's body
@@ -171,5 +172,37 @@ private let roundTrips: [(String, Value)] = [
         m.path = ObjectPath("/org/other")
         #expect(!rule.matches(m))
         #expect(throws: BusError.self) { try MatchRule(arg0: "it's").ruleString() }
+    }
+}
+
+@Suite struct DescriptorTests {
+    private func openDescriptors() -> Int {
+        (try? FileManagerLite.count("/proc/self/fd")) ?? 0
+    }
+
+    @Test func descriptorsInSignalsAreClosed() async throws {
+        let fixture = try Fixture()
+        let (stream, continuation) = AsyncStream.makeStream(of: Message.self)
+        try await fixture.client.subscribe(MatchRule(interface: "io.gattway.Test", member: "WithFD")) { continuation.yield($0) }
+        var iterator = stream.makeAsyncIterator()
+        let before = openDescriptors()
+        for _ in 0..<50 {
+            try fixture.server.send(.signal(path: ObjectPath("/x")!, interface: "io.gattway.Test", member: "WithFD", [.unixFD(0)]))
+            let got = await iterator.next()
+            #expect(got?.signature == "h")
+        }
+        // Each received descriptor was a duplicate; none may be left open.
+        #expect(openDescriptors() - before < 5)
+    }
+}
+
+/// Counts directory entries without Foundation.
+enum FileManagerLite {
+    static func count(_ path: String) throws -> Int {
+        guard let dir = opendir(path) else { return 0 }
+        defer { closedir(dir) }
+        var n = 0
+        while readdir(dir) != nil { n += 1 }
+        return n
     }
 }
