@@ -25,47 +25,53 @@ final class NotificationHolds: Sendable {
 
     /// Adds a hold; starts notifications if it is the first. On failure nothing is held.
     func acquire(_ key: Key) async throws(BLEError) {
-        let result: Result<Void, BLEError> = await serially(key) {
-            if self.count(key) == 0 {
-                do {
-                    _ = try await self.central.setNotifyValue(true, key.device, characteristic: key.characteristic)
-                } catch let error as BLEError {
-                    return .failure(error)
-                } catch {
-                    return .failure(BLEError(.unknown, "\(error)"))
-                }
-            }
-            self.counts.withLock { $0[key, default: 0] += 1 }
-            return .success(())
-        }
-        try result.get()
+        try await serially(key) { await self.acquireNow(key) }.get()
     }
 
     /// Drops a hold; stops notifications when it was the last.
     func release(_ key: Key) async {
-        await serially(key) {
-            let left = self.counts.withLock { counts -> Int in
-                let n = max((counts[key] ?? 0) - 1, 0)
-                counts[key] = n == 0 ? nil : n
-                return n
-            }
-            if left == 0 { _ = try? await self.central.setNotifyValue(false, key.device, characteristic: key.characteristic) }
-        }
+        await serially(key) { await self.releaseNow(key) }
     }
 
-    /// `POST .../notifications`: the REST API holds the characteristic (once).
+    /// `POST .../notifications`: the REST API holds the characteristic (once). In the same
+    /// order as every other hold of it, so a second POST answers after the first has finished.
     func holdForREST(_ key: Key) async throws(BLEError) {
-        guard restHolds.withLock({ $0.insert(key).inserted }) else { return }
-        do throws(BLEError) { try await acquire(key) } catch {
-            restHolds.withLock { _ = $0.remove(key) }
-            throw error
-        }
+        try await serially(key) { () async -> Result<Void, BLEError> in
+            guard !self.restHolds.withLock({ $0.contains(key) }) else { return .success(()) }
+            let result = await self.acquireNow(key)
+            if case .success = result { self.restHolds.withLock { _ = $0.insert(key) } }
+            return result
+        }.get()
     }
 
     /// `DELETE .../notifications`: the REST API lets go; streams may still hold it.
     func releaseForREST(_ key: Key) async {
-        guard restHolds.withLock({ $0.remove(key) != nil }) else { return }
-        await release(key)
+        await serially(key) {
+            guard self.restHolds.withLock({ $0.remove(key) != nil }) else { return }
+            await self.releaseNow(key)
+        }
+    }
+
+    // Only inside `serially(key)`.
+    private func acquireNow(_ key: Key) async -> Result<Void, BLEError> {
+        if count(key) == 0 {
+            do {
+                _ = try await central.setNotifyValue(true, key.device, characteristic: key.characteristic)
+            } catch {
+                return .failure(error)
+            }
+        }
+        counts.withLock { $0[key, default: 0] += 1 }
+        return .success(())
+    }
+
+    private func releaseNow(_ key: Key) async {
+        let left = counts.withLock { counts -> Int in
+            let n = max((counts[key] ?? 0) - 1, 0)
+            counts[key] = n == 0 ? nil : n
+            return n
+        }
+        if left == 0 { _ = try? await central.setNotifyValue(false, key.device, characteristic: key.characteristic) }
     }
 
     private func serially<T: Sendable>(_ key: Key, _ work: @escaping @Sendable () async -> T) async -> T {

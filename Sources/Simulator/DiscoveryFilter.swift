@@ -80,6 +80,10 @@ struct MergedDiscovery: Sendable {
     /// Some client set a filter: every RSSI change is reported (else only changes of 8 dB or more).
     var isFiltered: Bool { clients.contains { $0.filter != nil } }
 
+    /// Some client asked for DuplicateData: bluetoothd then replaces the advertisement data at
+    /// every report and signals it each time.
+    var duplicateData: Bool { clients.contains { $0.filter?.duplicateData == true } }
+
     func reports(_ ad: Advertisement, address: BluetoothAddress) -> Bool {
         guard !clients.isEmpty, scansLE, isDiscoverable(ad, address: address) else { return false }
         if let threshold = kernelRSSI, ad.rssi < threshold { return false }

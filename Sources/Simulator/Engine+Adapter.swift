@@ -145,13 +145,14 @@ extension Engine {
                 changed.append("UUIDs")
             }
         }
-        let data = device.manufacturerData.merging(ad.manufacturerData) { $1 }
-        if data != device.manufacturerData {
+        let duplicates = merged.duplicateData
+        let data = duplicates ? ad.manufacturerData : device.manufacturerData.merging(ad.manufacturerData) { $1 }
+        if data != device.manufacturerData || (duplicates && !data.isEmpty) {
             devices[d].manufacturerData = data
             changed.append("ManufacturerData")
         }
-        let service = device.serviceData.merging(ad.serviceData) { $1 }
-        if service != device.serviceData {
+        let service = duplicates ? ad.serviceData : device.serviceData.merging(ad.serviceData) { $1 }
+        if service != device.serviceData || (duplicates && !service.isEmpty) {
             devices[d].serviceData = service
             changed.append("ServiceData")
         }

@@ -103,6 +103,14 @@ extension Engine {
     /// their MTU, the notification sessions re-enabled, then ServicesResolved=true.
     private func linkUp(_ d: Int, attempt: Int) {
         guard devices[d].link == .connecting(attempt: attempt) else { return }
+        if devices[d].faults.outOfRange {
+            // It went out of range while being connected: nobody answers, as for an absent device.
+            tasks.after(milliseconds: adapterConfig.connectTimeoutMs) {
+                await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-abort-by-local"),
+                                                linkEstablished: false)
+            }
+            return
+        }
         devices[d].link = .connected
         devices[d].linkEpoch += 1
         let epoch = devices[d].linkEpoch

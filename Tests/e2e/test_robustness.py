@@ -95,3 +95,67 @@ def test_a_flooding_websocket_client_does_not_stall_the_others(gateway):
         flooder.close()
     assert reply["id"] == "q"
     assert elapsed < 2, f"the answer took {elapsed:.1f} s behind the flood"
+
+
+def test_concurrent_rest_subscriptions_share_one_start_notify(gateway):
+    import concurrent.futures
+    gateway.discover(HR)
+    assert gateway.post(f"/v1/devices/{HR}/connect", {"timeout": 10})[0] == 200
+    gateway.simulator("SetFault", "string:" + HR, 'string:{"responseDelayMs": 500}')
+    gateway.simulator("ResetCounters")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(lambda _: gateway.post(f"/v1/devices/{HR}/characteristics/2a37/notifications"), range(2)))
+    assert [r[1]["isNotifying"] for r in replies] == [True, True]
+    assert gateway.call_count("StartNotify", "") == 1
+
+
+def write_config(tmp_path, devices, adapter=None):
+    import json as _json
+    path = tmp_path / "sim.json"
+    path.write_text(_json.dumps({"adapter": adapter or {}, "devices": devices}))
+    return str(path)
+
+
+def test_allow_duplicates_reports_every_advertisement(tmp_path):
+    """A beacon whose data and RSSI never change: with allowDuplicates every advertisement is
+    an event (BlueZ's DuplicateData re-signals the data at each report)."""
+    import threading
+    from conftest import Gateway
+    from test_streams import sse_events
+    beacon = {"address": "F0:00:00:00:00:44", "connectable": False, "rssi": -60, "rssiJitter": 0,
+              "advertisingIntervalMs": 200, "manufacturerData": {"76": "0215"}}
+    gw = Gateway(["--simulate", write_config(tmp_path, [beacon])])
+    try:
+        result, opened = {}, threading.Event()
+        t = threading.Thread(target=lambda: result.update(
+            events=sse_events(gw, "types=advertisement&device=F0:00:00:00:00:44", 5, 4, opened=opened)))
+        t.start()
+        assert opened.wait(5)
+        gw.post("/v1/scan", {"allowDuplicates": True})
+        t.join(5)
+        assert len(result["events"]) == 5
+    finally:
+        gw.stop()
+
+
+def test_going_out_of_range_while_connecting_fails_the_connect(tmp_path):
+    import concurrent.futures
+    import time
+    from conftest import Gateway
+    device = {"address": "F0:00:00:00:00:45", "name": "Slow", "connectDelayMs": 1000,
+              "services": [{"uuid": "180f", "characteristics": [{"uuid": "2a19", "flags": ["read"], "value": "64"}]}]}
+    gw = Gateway(["--simulate", write_config(tmp_path, [device], {"connectTimeoutMs": 1000})])
+    try:
+        gw.discover("F0:00:00:00:00:45")
+        gw.delete("/v1/scan")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            pending = pool.submit(lambda: gw.post("/v1/devices/F0:00:00:00:00:45/connect", {"timeout": 10}))
+            assert wait_for(lambda: gw.get("/v1/devices/F0:00:00:00:00:45")[1]["state"] == "connecting", 2, 0.02)
+            gw.simulator("SetFault", "string:F0:00:00:00:00:45", 'string:{"outOfRange": true}')
+            status, body, _ = pending.result(10)
+        assert status == 502 and body["error"]["name"] == "connectionFailed", body
+        assert body["error"]["detail"].endswith("le-connection-abort-by-local")
+        assert time.monotonic() - started < 5
+    finally:
+        gw.stop()
