@@ -109,11 +109,13 @@ extension Gateway {
     }
 
     static func selector(_ request: Request, _ name: String) throws(BLEError) -> AttributeSelector {
-        let text = request.pathParameters[name] ?? ""
-        guard let selector = AttributeSelector(text) else {
-            throw BLEError(.invalidParameters, "\"\(text)\" is neither a handle (0x0027) nor a UUID (2a19, or the 128-bit form)")
-        }
-        return selector
+        try Parse.selector(request.pathParameters[name] ?? "")
+    }
+
+    /// The characteristic `selector` names among all of a connected device's characteristics.
+    func characteristic(on device: BluetoothAddress, _ selector: AttributeSelector) async throws(BLEError) -> GATTCharacteristic {
+        let all = try await central.services(device).flatMap(\.characteristics)
+        return try selector.pick(all, kind: "characteristic", handle: \.handle, uuid: \.uuid)
     }
 
     private func service(_ request: Request) async throws(BLEError) -> GATTService {
@@ -123,10 +125,19 @@ extension Gateway {
 
     /// The characteristic `{char}` names: within `{service}` when the route has one, else on the whole device.
     private func characteristic(_ request: Request) async throws(BLEError) -> GATTCharacteristic {
-        let candidates = request.pathParameters["service"] == nil
-            ? try await central.services(try Self.deviceID(request)).flatMap(\.characteristics)
-            : try await service(request).characteristics
-        return try Self.selector(request, "char").pick(candidates, kind: "characteristic", handle: \.handle, uuid: \.uuid)
+        let selector = try Self.selector(request, "char")
+        guard request.pathParameters["service"] != nil else {
+            return try await characteristic(on: try Self.deviceID(request), selector)
+        }
+        return try selector.pick(try await service(request).characteristics, kind: "characteristic", handle: \.handle, uuid: \.uuid)
+    }
+
+    /// Notifications can be held only on a characteristic that notifies or indicates; answered
+    /// before any hold is taken or given back.
+    static func requireNotifiable(_ c: GATTCharacteristic) throws(BLEError) {
+        guard !c.properties.isDisjoint(with: [.notify, .indicate]) else {
+            throw BLEError(att: .requestNotSupported, "characteristic \(handleText(c.handle)) neither notifies nor indicates")
+        }
     }
 
     private func descriptor(_ request: Request) async throws(BLEError) -> GATTDescriptor {
@@ -166,9 +177,7 @@ extension Gateway {
     private func setNotify(_ enabled: Bool, _ request: Request) async throws -> NotifyState {
         let id = try Self.deviceID(request)
         let c = try await characteristic(request)
-        guard !c.properties.isDisjoint(with: [.notify, .indicate]) else {
-            throw BLEError(att: .requestNotSupported, "characteristic \(handleText(c.handle)) neither notifies nor indicates")
-        }
+        try Self.requireNotifiable(c)
         let key = NotificationHolds.Key(device: id, characteristic: c.handle)
         if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
         return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)

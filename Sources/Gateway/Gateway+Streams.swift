@@ -83,10 +83,7 @@ extension Gateway {
             guard selection.device != nil else {
                 throw BLEError(.invalidParameters, "characteristic needs a device")
             }
-            guard let selector = AttributeSelector(characteristic) else {
-                throw BLEError(.invalidParameters, "\"\(characteristic)\" is neither a handle (0x0027) nor a UUID")
-            }
-            selection.characteristic = selector
+            selection.characteristic = try Parse.selector(characteristic)
             if types == nil { selection.types = [.notification] }
         }
         selection.format = try Self.format(format)
@@ -99,11 +96,8 @@ extension Gateway {
         guard let device = selection.device, let selector = selection.characteristic, selection.types.contains(.notification) else {
             return nil
         }
-        let characteristics = try await central.services(device).flatMap(\.characteristics)
-        let c = try selector.pick(characteristics, kind: "characteristic", handle: \.handle, uuid: \.uuid)
-        guard !c.properties.isDisjoint(with: [.notify, .indicate]) else {
-            throw BLEError(att: .requestNotSupported, "characteristic \(selector) neither notifies nor indicates")
-        }
+        let c = try await characteristic(on: device, selector)
+        try Self.requireNotifiable(c)
         return NotificationHolds.Key(device: device, characteristic: c.handle)
     }
 

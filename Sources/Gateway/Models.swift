@@ -207,6 +207,14 @@ enum Parse {
         return address
     }
 
+    /// `{service}`, `{char}`, `{desc}` or a stream's `characteristic`: a handle or a UUID.
+    static func selector(_ text: String) throws(BLEError) -> AttributeSelector {
+        guard let selector = AttributeSelector(text) else {
+            throw BLEError(.invalidParameters, "\"\(text)\" is neither a handle (0x0027) nor a UUID (2a19, or the 128-bit form)")
+        }
+        return selector
+    }
+
     static func hex(_ text: String?, field: String) throws(BLEError) -> [UInt8]? {
         guard let text else { return nil }
         do { return try ValueFormat.hex.decode(text) } catch {

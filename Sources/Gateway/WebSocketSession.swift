@@ -113,11 +113,7 @@ final class WebSocketSession: Sendable {
             throw BLEError(.invalidParameters, "\(command.op) needs a device and a characteristic")
         }
         let device = try Parse.address(deviceText)
-        guard let selector = AttributeSelector(charText) else {
-            throw BLEError(.invalidParameters, "\"\(charText)\" is neither a handle (0x0027) nor a UUID")
-        }
-        let all = try await gateway.central.services(device).flatMap(\.characteristics)
-        return (device, try selector.pick(all, kind: "characteristic", handle: \.handle, uuid: \.uuid))
+        return (device, try await gateway.characteristic(on: device, try Parse.selector(charText)))
     }
 
     /// Releases every hold of the socket (it closed, cleanly or not).
