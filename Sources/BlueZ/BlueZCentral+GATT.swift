@@ -245,35 +245,48 @@ extension BlueZCentral {
         let characteristics = tree.objects(with: BlueZ.gattCharacteristicInterface, under: device)
         let descriptors = tree.objects(with: BlueZ.gattDescriptorInterface, under: device)
         return servicePaths(device).compactMap { servicePath, props -> GATTService? in
-            guard let handle = Self.handle(servicePath, prefix: "service"),
-                  let uuid = props["UUID"]?.string.flatMap({ BluetoothUUID($0) }) else { return nil }
-            let chars = characteristics.filter { $0.0.parent == servicePath }.compactMap { charPath, cprops -> GATTCharacteristic? in
-                guard let chandle = Self.handle(charPath, prefix: "char"),
-                      let cuuid = cprops["UUID"]?.string.flatMap({ BluetoothUUID($0) }) else { return nil }
-                let flags = cprops["Flags"]?.strings ?? []
-                let descs = descriptors.filter { $0.0.parent == charPath }.compactMap { descPath, dprops -> GATTDescriptor? in
-                    guard let dhandle = Self.handle(descPath, prefix: "desc"),
-                          let duuid = dprops["UUID"]?.string.flatMap({ BluetoothUUID($0) }) else { return nil }
-                    return GATTDescriptor(handle: dhandle, uuid: duuid)
-                }.sorted { $0.handle < $1.handle }
-                return GATTCharacteristic(handle: chandle, uuid: cuuid, serviceHandle: handle,
-                                          properties: CharacteristicProperties(bluezFlags: flags), flags: flags,
-                                          isNotifying: cprops["Notifying"]?.bool ?? false, descriptors: descs)
+            guard let (handle, uuid) = Self.identity(servicePath, props, prefix: "service") else { return nil }
+            let chars = characteristics.filter { $0.0.parent == servicePath }.compactMap { path, cprops in
+                makeCharacteristic(path, cprops, serviceHandle: handle, descriptors: descriptors)
             }.sorted { $0.handle < $1.handle }
             return GATTService(handle: handle, uuid: uuid, isPrimary: props["Primary"]?.bool ?? true, characteristics: chars)
         }.sorted { $0.handle < $1.handle }
     }
 
+    /// A GATT object's handle (BlueZ 5.66 has it only in the path) and UUID.
+    static func identity(_ path: ObjectPath, _ props: [String: Value], prefix: String) -> (UInt16, BluetoothUUID)? {
+        guard let handle = handle(path, prefix: prefix), let uuid = props["UUID"]?.string.flatMap({ BluetoothUUID($0) }) else {
+            return nil
+        }
+        return (handle, uuid)
+    }
+
+    /// One characteristic from its properties; `descriptors` may hold other characteristics' too.
+    private func makeCharacteristic(_ path: ObjectPath, _ props: [String: Value], serviceHandle: UInt16,
+                                    descriptors: [(ObjectPath, [String: Value])]) -> GATTCharacteristic? {
+        guard let (handle, uuid) = Self.identity(path, props, prefix: "char") else { return nil }
+        let flags = props["Flags"]?.strings ?? []
+        let descs = descriptors.filter { $0.0.parent == path }.compactMap { descPath, dprops -> GATTDescriptor? in
+            Self.identity(descPath, dprops, prefix: "desc").map { GATTDescriptor(handle: $0.0, uuid: $0.1) }
+        }.sorted { $0.handle < $1.handle }
+        return GATTCharacteristic(handle: handle, uuid: uuid, serviceHandle: serviceHandle,
+                                  properties: CharacteristicProperties(bluezFlags: flags), flags: flags,
+                                  isNotifying: props["Notifying"]?.bool ?? false, descriptors: descs)
+    }
+
+    /// The characteristic at `handle` and its path, read from the mirror without building the whole tree.
     private func characteristic(_ id: BluetoothAddress, _ handle: UInt16, connected: Bool = true) throws(BLEError) -> (ObjectPath, GATTCharacteristic) {
         let device = connected ? try connectedPath(id) : try devicePath(id)
-        for service in gattTree(device) {
-            for c in service.characteristics where c.handle == handle {
-                let path = tree.objects(with: BlueZ.gattCharacteristicInterface, under: device)
-                    .first { Self.handle($0.0, prefix: "char") == handle }?.0
-                if let path { return (path, c) }
-            }
+        guard let (path, props) = tree.objects(with: BlueZ.gattCharacteristicInterface, under: device)
+                .first(where: { Self.handle($0.0, prefix: "char") == handle }),
+              let servicePath = path.parent, servicePath.parent == device,
+              let serviceProps = tree.properties(at: servicePath, BlueZ.gattServiceInterface),
+              let (serviceHandle, _) = Self.identity(servicePath, serviceProps, prefix: "service"),
+              let c = makeCharacteristic(path, props, serviceHandle: serviceHandle,
+                                         descriptors: tree.objects(with: BlueZ.gattDescriptorInterface, under: path)) else {
+            throw BLEError(.invalidHandle, "no characteristic at handle \(AttributeSelector.format(handle)) on \(id)")
         }
-        throw BLEError(.invalidHandle, "no characteristic at handle \(AttributeSelector.format(handle)) on \(id)")
+        return (path, c)
     }
 
     private func descriptorPath(_ id: BluetoothAddress, _ handle: UInt16) throws(BLEError) -> ObjectPath {

@@ -367,9 +367,10 @@ public final class BlueZCentral: Central {
     private func valueChanged(_ path: ObjectPath, _ value: [UInt8]) {
         guard let servicePath = path.parent, let devicePath = servicePath.parent, devicePath.parent == adapterPath(),
               let id = tree.properties(at: devicePath, BlueZ.deviceInterface).flatMap(DeviceProperties.address),
-              let handle = Self.handle(path, prefix: "char"), let serviceHandle = Self.handle(servicePath, prefix: "service"),
-              let uuid = tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["UUID"]?.string.flatMap({ BluetoothUUID($0) }),
-              let serviceUUID = tree.properties(at: servicePath, BlueZ.gattServiceInterface)?["UUID"]?.string.flatMap({ BluetoothUUID($0) })
+              let (handle, uuid) = tree.properties(at: path, BlueZ.gattCharacteristicInterface)
+                .flatMap({ Self.identity(path, $0, prefix: "char") }),
+              let (serviceHandle, serviceUUID) = tree.properties(at: servicePath, BlueZ.gattServiceInterface)
+                .flatMap({ Self.identity(servicePath, $0, prefix: "service") })
         else { return }
         emit(.value(ValueUpdate(device: id, serviceHandle: serviceHandle, serviceUUID: serviceUUID,
                                 characteristicHandle: handle, characteristicUUID: uuid, value: value)))
