@@ -65,6 +65,16 @@ struct EventBody: Encodable {
         count = dropped
     }
 
+    /// What a stream client hands its transport.
+    init(_ encoded: StreamClient.Encoded) {
+        switch encoded {
+        case .event(let event, let selection, let subscription, let sequence):
+            self.init(event, format: selection.format, subscription: subscription, sequence: sequence)
+        case .dropped(let count):
+            self.init(dropped: count)
+        }
+    }
+
     /// One line of JSON (no pretty printing: SSE data must not span lines).
     static func line(_ body: EventBody) -> [UInt8] { JSON.encodeCompact(body) }
 }

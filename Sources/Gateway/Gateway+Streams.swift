@@ -30,13 +30,11 @@ extension Gateway {
             id: hub.newClientID(),
             write: { body.write($0) },
             encode: { encoded in
-                switch encoded {
-                case .event(let event, let selection, _, let sequence):
-                    let json = EventBody.line(EventBody(event, format: selection.format, subscription: nil, sequence: sequence))
-                    return Array("id: \(event.seq)\nevent: \(event.type.rawValue)\ndata: ".utf8) + json + Array("\n\n".utf8)
-                case .dropped(let count):
-                    return Array("event: dropped\ndata: ".utf8) + EventBody.line(EventBody(dropped: count)) + Array("\n\n".utf8)
+                let fields = switch encoded {
+                case .event(let event, _, _, _): "id: \(event.seq)\nevent: \(event.type.rawValue)\n"
+                case .dropped: "event: dropped\n"
                 }
+                return Array((fields + "data: ").utf8) + EventBody.line(EventBody(encoded)) + Array("\n\n".utf8)
             },
             disconnect: { body.close() })
         client.select(selection, as: "")
@@ -107,14 +105,7 @@ extension Gateway {
         let client = StreamClient(
             id: hub.newClientID(),
             write: { socket.send(.text(String(decoding: $0, as: UTF8.self))) },
-            encode: { encoded in
-                switch encoded {
-                case .event(let event, let selection, let subscription, let sequence):
-                    return EventBody.line(EventBody(event, format: selection.format, subscription: subscription, sequence: sequence))
-                case .dropped(let count):
-                    return EventBody.line(EventBody(dropped: count))
-                }
-            },
+            encode: { EventBody.line(EventBody($0)) },
             disconnect: { socket.close(code: 1008, reason: "too slow: events were dropped") })
         hub.add(client)
         // What the socket's buffer refused waits in the client's queue; try again now and then
