@@ -16,22 +16,25 @@ let package = Package(
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
-        .target(name: "DBus", dependencies: ["CDBus"]),
+        // Tools for code that runs on several threads, for every layer.
+        .target(name: "Threading"),
+        .target(name: "DBus", dependencies: ["CDBus", "Threading"]),
         .target(name: "BLE"),
-        .target(name: "BlueZ", dependencies: ["DBus", "BLE"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .target(name: "Gateway", dependencies: ["HTTPServer", "BLE"]),
+        .target(name: "Gateway", dependencies: ["HTTPServer", "BLE", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
+        .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Threading"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -2,6 +2,7 @@ import BLE
 import DBus
 import FoundationEssentials
 import Synchronization
+import Threading
 
 /// The `Central` on BlueZ: a mirror of org.bluez's objects kept current by signals, and
 /// method calls with deadlines for everything that acts.
@@ -19,7 +20,7 @@ public final class BlueZCentral: Central {
     private let scanCalls = ScanCalls()
     let waiters = Waiters()
     private let lastReload = Mutex<Task<Void, Never>?>(nil)
-    private let eventHandler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
+    private let eventHandler = HandlerSlot<CentralEvent>()
     /// The last state reported, so that only changes are.
     private let lastStatus = Mutex<ManagerStatus?>(nil)
     /// Devices this side is disconnecting: their disconnection is no error.
@@ -70,10 +71,10 @@ public final class BlueZCentral: Central {
     }
 
     public func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
-        eventHandler.withLock { $0 = handler }
+        eventHandler.set(handler)
     }
 
-    func emit(_ event: CentralEvent) { eventHandler.withLock { $0 }?(event) }
+    func emit(_ event: CentralEvent) { eventHandler(event) }
 
     /// Reports the state if it changed.
     func reportStatus() {

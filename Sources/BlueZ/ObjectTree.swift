@@ -1,5 +1,6 @@
 import DBus
 import Synchronization
+import Threading
 
 /// A mirror of org.bluez's object tree: path → interface → property → value.
 ///
@@ -29,14 +30,14 @@ final class ObjectTree: Sendable {
     }
 
     private let state = Mutex(State())
-    private let observerSlot = Mutex<(@Sendable (Change) -> Void)?>(nil)
+    private let observerSlot = HandlerSlot<Change>()
 
     init() {}
 
     /// Sets the one observer of changes; it runs on the D-Bus thread, outside the tree's lock.
-    func setObserver(_ observer: @escaping @Sendable (Change) -> Void) { observerSlot.withLock { $0 = observer } }
+    func setObserver(_ observer: @escaping @Sendable (Change) -> Void) { observerSlot.set(observer) }
 
-    private func observer(_ change: Change) { observerSlot.withLock { $0 }?(change) }
+    private func observer(_ change: Change) { observerSlot(change) }
 
     /// Starts holding signals back until `load` completes.
     func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }

@@ -2,6 +2,7 @@ import CDBus
 import Glibc
 import Synchronization
 import Dispatch
+import Threading
 
 /// A connection to a message bus, driven by one thread of its own.
 ///
@@ -92,12 +93,16 @@ public final class Connection: Sendable {
     /// Receives every incoming method call (on the connection's thread). Without a handler the
     /// bus caller gets `UnknownMethod`. The handler answers later with `send(call.reply(...))`.
     public func setMethodCallHandler(_ handler: (@Sendable (Message) -> Void)?) {
-        core.methodCallHandler.withLock { $0 = handler }
+        core.methodCallHandler.set(handler)
     }
 
     /// Called once when the bus connection is lost (not after `close()`).
     public func setDisconnectHandler(_ handler: (@Sendable () -> Void)?) {
-        core.disconnectHandler.withLock { $0 = handler }
+        if let handler {
+            core.disconnectHandler.set { @Sendable _ in handler() }
+        } else {
+            core.disconnectHandler.set(nil)
+        }
     }
 
     /// Asks the bus for a well-known name; fails unless this connection becomes its owner.
@@ -141,8 +146,8 @@ private final class Core: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let loopThread = Mutex<pthread_t?>(nil)
     private let subscriptions = Mutex<(next: Int, items: [Int: (MatchRule, @Sendable (Message) -> Void)])>((0, [:]))
-    let methodCallHandler = Mutex<(@Sendable (Message) -> Void)?>(nil)
-    let disconnectHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    let methodCallHandler = HandlerSlot<Message>()
+    let disconnectHandler = HandlerSlot<Void>()
 
     // loop thread
     private var watches: [OpaquePointer] = []
@@ -337,7 +342,7 @@ private final class Core: @unchecked Sendable {
         if type == Int32(GW_DBUS_MESSAGE_TYPE_SIGNAL) {
             if dbus_message_is_signal(raw, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
                 if !lost.exchange(true, ordering: .acquiringAndReleasing) {
-                    disconnectHandler.withLock { $0 }?()
+                    disconnectHandler(())
                 }
                 return DBUS_HANDLER_RESULT_HANDLED
             }
@@ -348,8 +353,7 @@ private final class Core: @unchecked Sendable {
             message.body.forEach(Value.closeDescriptors)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
-        if type == Int32(GW_DBUS_MESSAGE_TYPE_METHOD_CALL), let handler = methodCallHandler.withLock({ $0 }) {
-            handler(Marshal.parse(raw))
+        if type == Int32(GW_DBUS_MESSAGE_TYPE_METHOD_CALL), methodCallHandler.isSet, methodCallHandler(Marshal.parse(raw)) {
             return DBUS_HANDLER_RESULT_HANDLED
         }
         return DBUS_HANDLER_RESULT_NOT_YET_HANDLED

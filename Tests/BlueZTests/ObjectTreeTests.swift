@@ -1,4 +1,5 @@
 import DBus
+import Synchronization
 import Testing
 @testable import BlueZ
 
@@ -27,6 +28,35 @@ private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated
 }
 
 @Suite struct ObjectTreeTests {
+    /// The crash after ~15 000 events: the observer, kept in a `Mutex`, ran one frame deeper on
+    /// every signal. 100 000 signals must reach it at the depth of the first (counted, not timed).
+    @Test func observerRunsAtTheSameDepthAfter100000Signals() {
+        let tree = ObjectTree()
+        tree.load([:], replySerial: 0, owner: bluez)
+        tree.apply(added(device, [("Address", .string("F0:00:00:00:00:01")), ("RSSI", .int16(-60))], serial: 1))
+        let depths = Mutex<(count: Int, first: Int?, last: Int?)>((0, nil, nil))
+        tree.setObserver { _ in
+            var local = 0
+            let depth = withUnsafeMutablePointer(to: &local) { Int(bitPattern: $0) }
+            depths.withLock { d in
+                d.count += 1
+                if d.first == nil { d.first = depth }
+                d.last = depth
+            }
+        }
+        let signal = changed(device, [("RSSI", .int16(-50))], serial: 2)
+        for i in 0..<100_000 {
+            tree.apply(signal)
+            if i == 1_000, let (first, last) = depths.withLock({ d in d.first.flatMap { f in d.last.map { (f, $0) } } }),
+               abs(first - last) > 4096 { break }  // growing: stop before the stack overflows
+        }
+        let seen = depths.withLock { $0 }
+        #expect(seen.count == 100_000)
+        if let first = seen.first, let last = seen.last {
+            #expect(abs(first - last) < 1024, "signal 100 000 reached the observer \(abs(first - last)) bytes deeper than the first")
+        }
+    }
+
     @Test func signalsUpdateTheMirror() {
         let tree = ObjectTree()
         tree.load([:], replySerial: 0, owner: bluez)

@@ -3,6 +3,7 @@ import FoundationEssentials
 import HTTPServer
 import Synchronization
 import Testing
+import Threading
 @testable import Gateway
 
 /// A central with fixed answers that records what the gateway asked of it.
@@ -15,8 +16,8 @@ final class FakeCentral: Central {
                                          manufacturerData: [0xFFFF: [0x48, 0x52]], serviceData: [BluetoothUUID("feaa")!: [0x10]],
                                          txPowerLevel: 4))
 
-    let handler = Mutex<(@Sendable (CentralEvent) -> Void)?>(nil)
-    func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) { self.handler.withLock { $0 = handler } }
+    let handler = HandlerSlot<CentralEvent>()
+    func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) { self.handler.set(handler) }
     func status() async -> ManagerStatus { ManagerStatus(state: .poweredOn, adapter: "hci0") }
     func adapters() async throws(BLEError) -> [AdapterInfo] {
         [AdapterInfo(id: "hci0", address: BluetoothAddress("00:AA:00:00:00:01"), name: "sim", alias: "sim", powered: true,
