@@ -328,7 +328,8 @@ extension SimulatorConfiguration {
         public var flags: [String]
         public var value: HexBytes
         public var generator: Generator?
-        /// Tick of the generator; without one, the current value is notified at this interval.
+        /// Tick of the generator (1 ms at the fastest, for benchmarks); without one, the current value
+        /// is notified at this interval.
         public var notifyIntervalMs: Int?
         /// Every accepted write comes back as a notification (an HM-10 style serial port).
         public var echo: Bool
@@ -366,7 +367,7 @@ extension SimulatorConfiguration {
             }
             value = try decodeValue(c, value: .value, text: .text)
             generator = try c.decodeIfPresent(Generator.self, forKey: .generator)
-            notifyIntervalMs = try c.decodeInt(.notifyIntervalMs, default: nil, in: 10...3_600_000)
+            notifyIntervalMs = try c.decodeInt(.notifyIntervalMs, default: nil, in: 1...3_600_000)
             echo = try c.decode(.echo, default: false)
             accept = try c.decodeIfPresent([HexBytes].self, forKey: .accept)
             let code = try c.decodeFlexibleInt(.rejectCode) ?? 0x80

@@ -43,9 +43,15 @@ final class TaskBag: Sendable {
 
     /// Runs `body` every `milliseconds` until cancelled.
     func every(milliseconds: Int, _ body: @escaping @Sendable () async -> Void) {
+        let interval = Duration.milliseconds(max(milliseconds, 1))
         spawn {
+            // Ticks on a schedule, so that a 1 ms notifier gives about 1 000 a second; after a
+            // stall it starts afresh rather than catching up in a burst.
+            var next = ContinuousClock.now
             while true {
-                do { try await Task.sleep(for: .milliseconds(max(milliseconds, 1))) } catch { return }
+                next += interval
+                if next < .now - interval { next = .now }
+                do { try await Task.sleep(until: next, clock: .continuous) } catch { return }
                 await body()
             }
         }
