@@ -22,7 +22,7 @@ let package = Package(
         .target(name: "BLE"),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         .target(name: "Gateway", dependencies: ["HTTPServer", "BLE", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus"]),

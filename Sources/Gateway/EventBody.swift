@@ -2,6 +2,7 @@ import BLE
 import FoundationEssentials
 
 /// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
+/// Notifications take the hand-written path of `EventEncodings`, with the same fields.
 struct EventBody: Encodable {
     struct Attribute: Encodable {
         var handle: String
@@ -63,16 +64,6 @@ struct EventBody: Encodable {
     init(dropped: Int) {
         type = "dropped"
         count = dropped
-    }
-
-    /// What a stream client hands its transport.
-    init(_ encoded: StreamClient.Encoded) {
-        switch encoded {
-        case .event(let event, let selection, let subscription, let sequence):
-            self.init(event, format: selection.format, subscription: subscription, sequence: sequence)
-        case .dropped(let count):
-            self.init(dropped: count)
-        }
     }
 
     /// One line of JSON (no pretty printing: SSE data must not span lines).

@@ -1,6 +1,8 @@
 import BLE
+import Dispatch
 import FoundationEssentials
 import Synchronization
+import Threading
 
 /// The kinds of stream event, as clients select them (`?types=`).
 enum EventType: String, CaseIterable, Sendable {
@@ -53,147 +55,176 @@ struct Selection: Sendable, Equatable {
     }
 }
 
-/// Fans the central's events out to stream clients.
+/// Fans the central's events out to stream clients, on a thread of its own.
 ///
-/// `publish` runs on the central's thread: it numbers the event, keeps it in a small ring for
-/// `Last-Event-ID` replay, and offers it to each client, which queues it (bounded) and writes
-/// what its transport will take. Nothing here waits, so a slow client never delays the
-/// central or the other clients.
+/// `publish` (on the central's thread, usually D-Bus's) only appends the event to a bounded
+/// inbox and wakes the fan-out thread, so BlueZ's thread never waits for clients. The fan-out
+/// thread numbers each event, keeps the last `ringSize` for `Last-Event-ID` replay, encodes it
+/// once per value format and offers it to each client, which writes what its transport takes
+/// and queues the rest (`StreamClient`). Clients are added and removed through the same thread,
+/// so every client sees events in `seq` order and no live event overtakes a replay.
+///
+/// Falling behind: an event that waited more than `maxLag` in the inbox is not delivered but
+/// counted as dropped for every client that wanted it (they get a `dropped` event), so a
+/// saturated gateway stays about `maxLag` behind instead of drifting; past `inboxLimit`
+/// waiting events the oldest are dropped and counted for every client.
 final class EventHub: Sendable {
     static let ringSize = 256
+    static let inboxLimit = 16_384
+    static let maxLag = Duration.seconds(1)
 
-    private struct State {
+    private let mailbox: Mailbox
+    private let ids = Atomic<Int>(0)
+
+    /// - Parameter keepAliveInterval: how often every SSE client gets a comment line.
+    init(keepAliveInterval: Duration = .seconds(15)) {
+        let mailbox = Mailbox()
+        self.mailbox = mailbox
+        Threads.start(name: "gattway-fanout") { FanOut(mailbox: mailbox, keepAliveInterval: keepAliveInterval).run() }
+    }
+
+    deinit { mailbox.post(.stop) }
+
+    func publish(_ event: CentralEvent) {
+        mailbox.publish(Published(event: event, time: Date(), at: .now))
+    }
+
+    /// Registers a client; events after `lastEventID` still in the ring are offered first.
+    func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {
+        mailbox.clients.add(1, ordering: .relaxed)
+        mailbox.post(.add(client, replayAfter: lastEventID))
+    }
+
+    func remove(_ client: StreamClient) {
+        mailbox.clients.subtract(1, ordering: .relaxed)
+        mailbox.post(.remove(client.id))
+    }
+
+    func newClientID() -> Int { ids.wrappingAdd(1, ordering: .relaxed).newValue }
+
+    /// Clients added and not yet removed.
+    var clientCount: Int { mailbox.clients.load(ordering: .relaxed) }
+
+    struct Published: Sendable {
+        let event: CentralEvent
+        let time: Date
+        let at: ContinuousClock.Instant
+    }
+
+    enum Command: Sendable {
+        case add(StreamClient, replayAfter: UInt64?)
+        case remove(Int)
+        case stop
+    }
+
+    /// What `publish`, `add` and `remove` leave for the fan-out thread.
+    private final class Mailbox: Sendable {
+        struct Contents {
+            var events: [Published] = []
+            var commands: [Command] = []
+            /// Events dropped because the inbox was full.
+            var overflow = 0
+            /// The thread was woken and has not emptied the mailbox yet.
+            var signalled = false
+        }
+        let contents = Mutex(Contents())
+        let wake = DispatchSemaphore(value: 0)
+        let clients = Atomic<Int>(0)
+
+        func publish(_ event: Published) {
+            let signal = contents.withLock { c -> Bool in
+                if c.events.count >= EventHub.inboxLimit {
+                    c.events.removeFirst()
+                    c.overflow += 1
+                }
+                c.events.append(event)
+                defer { c.signalled = true }
+                return !c.signalled
+            }
+            if signal { wake.signal() }
+        }
+
+        func post(_ command: Command) {
+            let signal = contents.withLock { c -> Bool in
+                c.commands.append(command)
+                defer { c.signalled = true }
+                return !c.signalled
+            }
+            if signal { wake.signal() }
+        }
+
+        func take() -> Contents {
+            contents.withLock { c in
+                defer { c = Contents() }
+                return c
+            }
+        }
+    }
+
+    /// The fan-out thread's state, touched by that thread only.
+    private final class FanOut {
+        let mailbox: Mailbox
+        let keepAliveInterval: Duration
         var seq: UInt64 = 0
         var ring: [HubEvent] = []
         var clients: [Int: StreamClient] = [:]
-        var nextClient = 0
-    }
-    private let state = Mutex(State())
 
-    /// Offers happen under the hub's lock, so every client sees events in `seq` order even when
-    /// two threads publish at once (an offer never waits: it queues and writes what fits).
-    func publish(_ event: CentralEvent) {
-        let disconnects = state.withLock { s -> [@Sendable () -> Void] in
-            s.seq += 1
-            let e = HubEvent(seq: s.seq, time: Date(), event: event)
-            s.ring.append(e)
-            if s.ring.count > Self.ringSize { s.ring.removeFirst(s.ring.count - Self.ringSize) }
-            return s.clients.values.compactMap { $0.offer(e) }
+        init(mailbox: Mailbox, keepAliveInterval: Duration) {
+            self.mailbox = mailbox
+            self.keepAliveInterval = keepAliveInterval
         }
-        for disconnect in disconnects { disconnect() }
-    }
 
-    /// Registers a client; events after `lastEventID` still in the ring are offered first, and
-    /// no live event overtakes them.
-    func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {
-        let disconnects = state.withLock { s -> [@Sendable () -> Void] in
-            s.clients[client.id] = client
-            guard let lastEventID else { return [] }
-            return s.ring.filter { $0.seq > lastEventID }.compactMap { client.offer($0) }
-        }
-        for disconnect in disconnects { disconnect() }
-    }
-
-    func remove(_ client: StreamClient) { _ = state.withLock { $0.clients.removeValue(forKey: client.id) } }
-
-    func newClientID() -> Int { state.withLock { $0.nextClient += 1; return $0.nextClient } }
-
-    var clientCount: Int { state.withLock { $0.clients.count } }
-}
-
-/// One stream client (an SSE response or a WebSocket): its selections and its bounded queue.
-///
-/// Overflow policy: when `queueLimit` events are waiting, the oldest is dropped and counted;
-/// the count reaches the client in a `dropped` event as soon as there is room. A client that
-/// has lost more than `dropLimit` events in a row is disconnected.
-final class StreamClient: Sendable {
-    let id: Int
-    let queueLimit: Int
-    let dropLimit: Int
-    /// Writes one encoded event to the transport; false when its buffer is full.
-    private let write: @Sendable ([UInt8]) -> Bool
-    private let encode: @Sendable (Encoded) -> [UInt8]
-    private let disconnect: @Sendable () -> Void
-
-    enum Encoded {
-        case event(HubEvent, Selection, subscription: String?, sequence: UInt64?)
-        case dropped(count: Int)
-    }
-
-    private struct State {
-        var selections: [String: Selection] = [:]
-        var pending: [(HubEvent, Selection, String)] = []
-        var dropped = 0
-        var droppedInARow = 0
-        /// Per subscription and characteristic: the notification sequence numbers.
-        var sequences: [String: UInt64] = [:]
-        var closed = false
-    }
-    private let state = Mutex(State())
-
-    init(id: Int, queueLimit: Int = 256, dropLimit: Int = 10_000,
-         write: @escaping @Sendable ([UInt8]) -> Bool, encode: @escaping @Sendable (Encoded) -> [UInt8],
-         disconnect: @escaping @Sendable () -> Void) {
-        self.id = id
-        self.queueLimit = queueLimit
-        self.dropLimit = dropLimit
-        self.write = write
-        self.encode = encode
-        self.disconnect = disconnect
-    }
-
-    func select(_ selection: Selection, as name: String) { state.withLock { $0.selections[name] = selection } }
-    func deselect(_ name: String) -> Selection? { state.withLock { $0.selections.removeValue(forKey: name) } }
-    var selections: [String: Selection] { state.withLock { $0.selections } }
-
-    /// Queues the event if a selection wants it and writes what the transport takes. Returns
-    /// the transport's disconnect when the client has lost too many events (the caller runs it
-    /// outside its locks).
-    func offer(_ event: HubEvent) -> (@Sendable () -> Void)? {
-        let overLimit = state.withLock { s -> Bool in
-            guard !s.closed else { return false }
-            for (name, selection) in s.selections where selection.matches(event) {
-                s.pending.append((event, selection, name))
-            }
-            if s.pending.count > queueLimit {
-                let excess = s.pending.count - queueLimit
-                s.pending.removeFirst(excess)
-                s.dropped += excess
-                s.droppedInARow += excess
-            }
-            return s.droppedInARow > dropLimit
-        }
-        if overLimit {
-            close()
-            return disconnect
-        }
-        flush()
-        return nil
-    }
-
-    /// Writes queued events while the transport takes them.
-    func flush() {
-        state.withLock { s in
-            guard !s.closed else { return }
-            if s.dropped > 0 {
-                guard write(encode(.dropped(count: s.dropped))) else { return }
-                s.dropped = 0
-            }
-            while let (event, selection, name) = s.pending.first {
-                var sequence: UInt64?
-                var key = ""
-                if case .value(let v) = event.event {
-                    key = "\(name)/\(v.device)/\(v.characteristicHandle)"
-                    sequence = (s.sequences[key] ?? 0) + 1
+        func run() {
+            var nextKeepAlive = ContinuousClock.now + keepAliveInterval
+            while true {
+                let left = ContinuousClock.now.duration(to: nextKeepAlive)
+                let (seconds, attoseconds) = left.components
+                let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+                _ = mailbox.wake.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds)))
+                let contents = mailbox.take()
+                for command in contents.commands {
+                    switch command {
+                    case .add(let client, let lastEventID):
+                        clients[client.id] = client
+                        if let lastEventID {
+                            for event in ring.suffix(EventHub.ringSize) where event.seq > lastEventID { offer(event, to: [client]) }
+                        }
+                    case .remove(let id):
+                        clients[id] = nil
+                    case .stop:
+                        return
+                    }
                 }
-                guard write(encode(.event(event, selection, subscription: s.selections.count > 1 || name != "" ? name : nil,
-                                          sequence: sequence))) else { return }
-                if let sequence { s.sequences[key] = sequence }
-                s.pending.removeFirst()
-                s.droppedInARow = 0
+                if contents.overflow > 0 {
+                    for client in Array(clients.values) where client.noteDropped(contents.overflow) { disconnect(client) }
+                }
+                let now = ContinuousClock.now
+                for published in contents.events {
+                    seq += 1
+                    let event = HubEvent(seq: seq, time: published.time, event: published.event)
+                    ring.append(event)
+                    if ring.count > 2 * EventHub.ringSize { ring.removeFirst(ring.count - EventHub.ringSize) }
+                    if now - published.at > EventHub.maxLag {
+                        for client in Array(clients.values) where client.wants(event) && client.noteDropped(1) { disconnect(client) }
+                    } else {
+                        offer(event, to: Array(clients.values))
+                    }
+                }
+                if ContinuousClock.now >= nextKeepAlive {
+                    for client in clients.values { client.keepAlive() }
+                    nextKeepAlive = ContinuousClock.now + keepAliveInterval
+                }
             }
         }
-    }
 
-    func close() { state.withLock { $0.closed = true; $0.pending.removeAll() } }
+        private func offer(_ event: HubEvent, to targets: [StreamClient]) {
+            var encodings = EventEncodings(event)
+            for client in targets where client.offer(event, &encodings) { disconnect(client) }
+        }
+
+        private func disconnect(_ client: StreamClient) {
+            clients[client.id] = nil
+            client.disconnect()
+        }
+    }
 }

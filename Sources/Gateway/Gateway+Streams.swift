@@ -7,13 +7,22 @@ extension Gateway {
     func addStreamRoutes(to router: Router) {
         router.add("GET", "/v1/events", { request in await self.serverSentEvents(request) })
         router.add("GET", "/v1/ws", { request in
-            Response.webSocket(request, maxMessageBytes: 64 * 1024) { socket in await self.webSocketSession(socket) }
+            // The place is taken at once and handed to the session; an upgrade that never
+            // happens (the client left first) gives it back when the response is dropped.
+            guard self.streams.acquire() else { return self.streams.refusal }
+            let place = StreamPlace(self.streams)
+            return Response.webSocket(request, maxMessageBytes: 64 * 1024) { socket in
+                await self.webSocketSession(socket)
+                place.release()
+            }
         })
     }
 
     // MARK: - Server-Sent Events
 
     private func serverSentEvents(_ request: Request) async -> Response {
+        guard streams.acquire() else { return streams.refusal }
+        let place = StreamPlace(streams)
         let selection: Selection
         let hold: NotificationHolds.Key?
         do throws(BLEError) {
@@ -23,35 +32,19 @@ extension Gateway {
             hold = try await resolveHold(selection)
             if let hold { try await holds.acquire(hold) }
         } catch {
+            place.release()
             return .error(error)
         }
         let body = StreamBody(capacityBytes: 64 * 1024)
-        let client = StreamClient(
-            id: hub.newClientID(),
-            write: { body.write($0) },
-            encode: { encoded in
-                let fields = switch encoded {
-                case .event(let event, _, _, _): "id: \(event.seq)\nevent: \(event.type.rawValue)\n"
-                case .dropped: "event: dropped\n"
-                }
-                return Array((fields + "data: ").utf8) + EventBody.line(EventBody(encoded)) + Array("\n\n".utf8)
-            },
-            disconnect: { body.close() })
+        let client = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(body))
         client.select(selection, as: "")
         // Proxies and browsers: reconnect after 2 s; a first comment so the headers go out now.
+        // The hub sends the keep-alive comments.
         body.write(Array("retry: 2000\n: connected\n\n".utf8))
-        let keepAlive = Task { [keepAliveInterval] in
-            while !body.isClosed {
-                try? await Task.sleep(for: keepAliveInterval)
-                if body.isClosed { break }
-                body.write(Array(": keep-alive\n\n".utf8))
-                client.flush()
-            }
-        }
         body.onClose { [hub, holds] in
-            keepAlive.cancel()
             client.close()
             hub.remove(client)
+            place.release()
             if let hold { Task { await holds.release(hold) } }
         }
         let lastEventID = request.header("last-event-id").flatMap { UInt64($0) }
@@ -102,29 +95,21 @@ extension Gateway {
     // MARK: - WebSocket
 
     private func webSocketSession(_ socket: WebSocket) async {
-        let client = StreamClient(
-            id: hub.newClientID(),
-            write: { socket.send(.text(String(decoding: $0, as: UTF8.self))) },
-            encode: { EventBody.line(EventBody($0)) },
-            disconnect: { socket.close(code: 1008, reason: "too slow: events were dropped") })
+        let client = StreamClient(id: hub.newClientID(), transport: .webSocket(socket))
         hub.add(client)
-        // What the socket's buffer refused waits in the client's queue; try again now and then
-        // (for SSE the keep-alive does this), so the tail of a burst is not left behind.
-        let flusher = Task {
-            while !socket.isClosed {
-                try? await Task.sleep(for: .milliseconds(250))
-                client.flush()
-            }
-        }
-        defer { flusher.cancel() }
         let session = WebSocketSession(gateway: self, client: client)
         for await message in socket.messages {
-            guard case .text(let text) = message else {
-                socket.send(.text(String(decoding: WebSocketSession.reply(id: nil, error: BLEError(.invalidParameters, "send JSON text messages")), as: UTF8.self)))
-                continue
+            let reply: [UInt8]
+            if case .text(let text) = message {
+                reply = await session.handle(Array(text.utf8))
+            } else {
+                reply = WebSocketSession.reply(id: nil, error: BLEError(.invalidParameters, "send JSON text messages"))
             }
-            let reply = await session.handle(Array(text.utf8))
-            socket.send(.text(String(decoding: reply, as: UTF8.self)))
+            // A reply is never dropped: if the send buffer has no room for it, the client has
+            // not read for a long time; it learns why the socket closes.
+            if !socket.sendText(utf8: reply) {
+                socket.close(code: 1008, reason: "reply did not fit the send buffer: read what the socket sends")
+            }
         }
         client.close()
         hub.remove(client)

@@ -5,15 +5,18 @@ import HTTPServer
 public final class Gateway: Sendable {
     let central: Central
     public let version: String
-    let hub = EventHub()
+    let hub: EventHub
     let holds: NotificationHolds
-    /// How often an idle SSE stream gets a comment, so that proxies keep it open.
-    let keepAliveInterval: Duration
+    let streams: StreamLimit
 
-    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15)) {
+    /// - Parameters:
+    ///   - keepAliveInterval: how often an SSE stream gets a comment, so that proxies keep it open.
+    ///   - maxStreams: event streams (SSE and WebSocket) open at once; more are answered 503.
+    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000) {
         self.central = central
         self.version = version
-        self.keepAliveInterval = keepAliveInterval
+        hub = EventHub(keepAliveInterval: keepAliveInterval)
+        streams = StreamLimit(limit: maxStreams)
         holds = NotificationHolds(central: central)
         central.setEventHandler { [hub] event in hub.publish(event) }
     }

@@ -77,6 +77,10 @@ extension Response {
             return response
         case .badRequest(let message):
             return .error(BLEError(.invalidParameters, message), status: 400)
+        case .tooManyConnections(let limit):
+            return .error(BLEError(.connectionLimitReached,
+                                   "gattway serves at most \(limit) connections (--max-connections) and has that many open; retry later"),
+                          status: 503)
         }
     }
 }

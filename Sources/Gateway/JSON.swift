@@ -18,7 +18,7 @@ enum JSON {
         encoder.outputFormatting = formatting
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+            try container.encode(Timestamp.iso8601(date))
         }
         guard let data = try? encoder.encode(value) else { return Array(#"{"error":"encoding failed"}"#.utf8) }
         return Array(data)

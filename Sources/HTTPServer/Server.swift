@@ -24,7 +24,10 @@ public final class Server: Sendable {
     ///   - host: an IPv4 literal ("0.0.0.0" for all interfaces), "localhost", or an IPv6 literal.
     ///   - port: 0 for an ephemeral port; read the result from `port`.
     ///   - maxBodyBytes: longer bodies are answered with `errorResponder(.bodyTooLarge)`.
-    ///   - connectionLimit: connections beyond it are refused at accept.
+    ///   - connectionLimit: open connections served. A request on a connection beyond it is
+    ///     answered `errorResponder(.tooManyConnections)` (503, `Retry-After`) and the connection
+    ///     closed; `connectionReserve` more are accepted for that, past which the kernel's
+    ///     backlog holds new connections until some close.
     ///   - idleTimeoutSeconds: an idle connection (not one waiting for its handler) is closed after this.
     ///   - log: receives libmicrohttpd's error messages (client resets and the like), on its I/O
     ///     thread; it must not block. Nil drops them; start-up errors are thrown either way.
@@ -35,7 +38,8 @@ public final class Server: Sendable {
         host: String,
         port: UInt16,
         maxBodyBytes: Int = 64 * 1024,
-        connectionLimit: Int = 256,
+        connectionLimit: Int = 1024,
+        connectionReserve: Int = Server.defaultConnectionReserve,
         idleTimeoutSeconds: Int = 60,
         log: (@Sendable (String) -> Void)? = nil,
         errorResponder: @escaping @Sendable (ServerError) -> Response,
@@ -49,8 +53,21 @@ public final class Server: Sendable {
         self.host = host
         self.port = try core.start(
             host: host, address: address, port: port,
-            connectionLimit: connectionLimit, idleTimeoutSeconds: idleTimeoutSeconds)
+            connectionLimit: max(1, connectionLimit), connectionReserve: max(1, connectionReserve),
+            idleTimeoutSeconds: idleTimeoutSeconds)
         self.core = core
+    }
+
+    /// Connections accepted past `connectionLimit` only to be answered 503.
+    public static let defaultConnectionReserve = 64
+
+    /// Connections open now (streams, WebSockets and requests).
+    public var openConnections: Int { core.openConnections }
+
+    /// Raises the soft limit of open file descriptors (`ulimit -n`) toward `wanted`, as far as the
+    /// hard limit allows, and returns the limit in force (each connection takes one).
+    public static func raiseDescriptorLimit(to wanted: Int) -> Int {
+        DescriptorLimit.raise(to: wanted)
     }
 
     /// Stops serving at once: connections waiting for a handler are resumed and closed (usually

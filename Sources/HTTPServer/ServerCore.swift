@@ -41,6 +41,10 @@ final class ServerCore: Sendable {
     }
 
     private let lifecycle = Mutex(Lifecycle())
+    /// Connections MHD has open (counted by its connection notifications).
+    private let connections = Atomic<Int>(0)
+    /// Set by `start`: past it a request is answered 503 and its connection closed.
+    private let limit = Atomic<Int>(Int.max)
     /// Messages MHD logs while starting (the reason a bind failed); nil once started.
     private let startupMessages = Mutex<[String]?>(nil)
 
@@ -59,8 +63,10 @@ final class ServerCore: Sendable {
     /// Starts the daemon and returns the bound port. `self` is the callbacks' `cls`, unretained:
     /// `Server` keeps `self` alive and stops the daemon before letting go of it.
     func start(
-        host: String, address: ListenAddress, port: UInt16, connectionLimit: Int, idleTimeoutSeconds: Int
+        host: String, address: ListenAddress, port: UInt16, connectionLimit: Int, connectionReserve: Int,
+        idleTimeoutSeconds: Int
     ) throws -> UInt16 {
+        limit.store(connectionLimit, ordering: .relaxed)
         let cls = Unmanaged.passUnretained(self).toOpaque()
         var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_ALLOW_UPGRADE.rawValue | MHD_USE_ERROR_LOG.rawValue
@@ -71,9 +77,12 @@ final class ServerCore: Sendable {
                 // First, so that start-up messages come here too.
                 callbackOption(.EXTERNAL_LOGGER, logMessage as MHD_LogCallback, cls),
                 callbackOption(.NOTIFY_COMPLETED, requestCompleted as MHD_RequestCompletedCallback, cls),
+                callbackOption(.NOTIFY_CONNECTION, connectionNotified as MHD_NotifyConnectionCallback, cls),
                 // Path and query arrive still percent-encoded; Request decodes them per segment.
                 callbackOption(.UNESCAPE_CALLBACK, keepEscaped as UnescapeCallback, cls),
-                MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, connectionLimit), ptr_value: nil),
+                // The reserve beyond the limit is accepted only to be told 503 (see `admit`):
+                // at MHD's own limit it stops accepting, and clients hang in the backlog.
+                MHD_OptionItem(option: .CONNECTION_LIMIT, value: connectionLimit + connectionReserve, ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(0, idleTimeoutSeconds), ptr_value: nil),
                 MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr),
                 MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
@@ -172,6 +181,12 @@ final class ServerCore: Sendable {
     /// waits for `100 Continue` or the body is beyond what we are willing to drain (MHD then closes
     /// the connection); otherwise let it come and drop it.
     private func admit(connection: OpaquePointer, context: RequestContext) -> MHD_Result {
+        let limit = limit.load(ordering: .relaxed)
+        if connections.load(ordering: .relaxed) > limit {
+            var response = errorResponder(.tooManyConnections(limit: limit))
+            response.headers += [(name: "Retry-After", value: "5"), (name: "Connection", value: "close")]
+            return queue(response, on: connection)
+        }
         guard let declared = headerValue(connection, "Content-Length").flatMap({ Int($0) }),
             declared > maxBodyBytes
         else { return .YES }
@@ -316,6 +331,12 @@ final class ServerCore: Sendable {
         return MHD_queue_response(connection, UInt32(status), mhdResponse)
     }
 
+    var openConnections: Int { connections.load(ordering: .relaxed) }
+
+    fileprivate func connectionChanged(opened: Bool) {
+        connections.add(opened ? 1 : -1, ordering: .relaxed)
+    }
+
     fileprivate func record(_ message: String) {
         startupMessages.withLock { messages in
             if messages != nil && messages!.count < 8 { messages!.append(message) }
@@ -356,6 +377,15 @@ private func accessHandler(
         slot: slot)
 }
 
+/// Counts connections as MHD opens and closes them (atomically: may run with MHD's mutex held).
+private func connectionNotified(
+    cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+    code: MHD_ConnectionNotificationCode
+) {
+    guard let cls else { return }
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connectionChanged(opened: code.rawValue == 0)  // MHD_CONNECTION_NOTIFY_STARTED
+}
+
 /// Releases the request's context. Called with MHD's mutex held: takes no lock.
 private func requestCompleted(
     cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
@@ -381,7 +411,9 @@ private func streamReader(
         case .end:
             return GW_MHD_CONTENT_READER_END_OF_STREAM
         case .clientGone:
-            return GW_MHD_CONTENT_READER_END_WITH_ERROR
+            // Ending the stream normally: MHD's "application error" would log every client that
+            // closes its event stream, the usual way for one to end.
+            return GW_MHD_CONTENT_READER_END_OF_STREAM
         case .empty(let server, let connection):
             switch server.suspendStream(body, connection: connection) {
             case .suspended: return 0

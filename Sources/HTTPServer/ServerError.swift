@@ -9,6 +9,9 @@ public enum ServerError: Error, Sendable, Equatable {
     case methodNotAllowed(allowed: [String])
     /// The request cannot be read, e.g. malformed percent-encoding in the path or query.
     case badRequest(String)
+    /// More connections are open than the server's `connectionLimit`: this one is answered and
+    /// closed. The server adds `Retry-After`.
+    case tooManyConnections(limit: Int)
 
     /// The HTTP status this error stands for.
     public var status: Int {
@@ -17,6 +20,7 @@ public enum ServerError: Error, Sendable, Equatable {
         case .notFound: 404
         case .methodNotAllowed: 405
         case .badRequest: 400
+        case .tooManyConnections: 503
         }
     }
 }

@@ -1,4 +1,5 @@
 import Synchronization
+import Threading
 
 /// The body of a response produced over time (Server-Sent Events), for `Response.stream`.
 ///
@@ -14,7 +15,7 @@ public final class StreamBody: Sendable {
     public let capacityBytes: Int
 
     /// Why `read` has nothing to give.
-    enum Read {
+    enum Read: Sendable {
         case bytes(Int)
         /// Empty and open: suspend the connection.
         case empty(ServerCore, MHDHandle)
@@ -24,7 +25,7 @@ public final class StreamBody: Sendable {
         case clientGone
     }
 
-    private struct State {
+    fileprivate struct State {
         var buffer: [UInt8] = []
         /// Where the unsent bytes of `buffer` start.
         var head = 0
@@ -38,6 +39,8 @@ public final class StreamBody: Sendable {
         var server: ServerCore?
         var connection: MHDHandle?
         var closeHandlers: [@Sendable () -> Void] = []
+        /// A `write` was refused since the buffer last drained: tell `onWritable` when it has room.
+        var refused = false
 
         var buffered: Int { buffer.count - head }
 
@@ -50,6 +53,7 @@ public final class StreamBody: Sendable {
     }
 
     private let state = Mutex(State())
+    private let writable = HandlerSlot<Void>()
 
     /// - Parameter capacityBytes: the most bytes buffered and not yet sent.
     public init(capacityBytes: Int = 256 * 1024) {
@@ -62,6 +66,7 @@ public final class StreamBody: Sendable {
     public func write(_ bytes: [UInt8]) -> Bool {
         let (accepted, resume) = state.withLock { state -> (Bool, ServerCore?) in
             guard !state.closed, !state.finished, state.buffered + bytes.count <= capacityBytes else {
+                if !state.closed && !state.finished { state.refused = true }
                 return (false, nil)
             }
             guard !bytes.isEmpty else { return (true, nil) }
@@ -83,6 +88,13 @@ public final class StreamBody: Sendable {
             return state.takeSuspension()
         }
         resume?.resumeStream(self)
+    }
+
+    /// Runs `handler` (on the server's I/O thread; it must not block) each time the buffer, after
+    /// refusing a `write`, has drained to half its capacity: a producer that keeps a queue of its
+    /// own writes again then, without polling.
+    public func onWritable(_ handler: @escaping @Sendable () -> Void) {
+        writable.set { _ in handler() }
     }
 
     /// True once closed by either side: `close()`, the client gone, or the server stopped.
@@ -120,25 +132,41 @@ public final class StreamBody: Sendable {
 
     /// Moves buffered bytes into `destination` (on the I/O thread).
     func read(into destination: UnsafeMutableRawBufferPointer) -> Read {
-        state.withLock { state in
-            if state.clientGone { return .clientGone }
-            if state.finished { return .end }
-            guard state.buffered > 0 else {
-                guard !state.closed, let server = state.server, let connection = state.connection else { return .end }
-                return .empty(server, connection)
-            }
-            let count = min(destination.count, state.buffered)
-            state.buffer.withUnsafeBytes { source in
-                destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: source[state.head..<state.head + count]))
-            }
-            state.head += count
-            if state.head == state.buffer.count {
-                state.buffer.removeAll(keepingCapacity: true)
-                state.head = 0
-            }
-            return .bytes(count)
+        let (read, drained) = state.withLock { state -> (Read, Bool) in
+            let read = state.read(into: destination)
+            guard case .bytes = read, state.refused, state.buffered <= capacityBytes / 2 else { return (read, false) }
+            state.refused = false
+            return (read, true)
         }
+        if drained { writable(()) }
+        return read
     }
+}
+
+extension StreamBody.State {
+    /// Moves buffered bytes into `destination`.
+    fileprivate mutating func read(into destination: UnsafeMutableRawBufferPointer) -> StreamBody.Read {
+        if clientGone { return .clientGone }
+        if finished { return .end }
+        guard buffered > 0 else {
+            guard !closed, let server, let connection else { return .end }
+            return .empty(server, connection)
+        }
+        let count = min(destination.count, buffered)
+        let start = head
+        buffer.withUnsafeBytes { source in
+            destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: source[start..<start + count]))
+        }
+        head += count
+        if head == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        return .bytes(count)
+    }
+}
+
+extension StreamBody {
 
     /// Marks the connection suspended if there is still nothing to send; false if there is (or
     /// the stream ended meanwhile): read again instead. Called with the server's lifecycle lock
@@ -169,9 +197,11 @@ public final class StreamBody: Sendable {
             state.connection = nil
             state.buffer = []
             state.head = 0
+            state.refused = false
             defer { state.closeHandlers = [] }
             return state.closeHandlers
         }
+        writable.set(nil)
         for handler in handlers { Task { handler() } }
     }
 }

@@ -1,4 +1,5 @@
 import Synchronization
+import Threading
 
 /// A complete (reassembled) WebSocket message.
 public enum WebSocketMessage: Sendable, Equatable {
@@ -29,6 +30,7 @@ public final class WebSocket: Sendable {
     let token: UInt64
     private let loop: SocketLoop
     private let state = Mutex(State())
+    private let writable = HandlerSlot<Void>()
 
     /// Messages waiting for the handler before the socket is closed with 1008.
     static let messageQueueLimit = 64
@@ -55,16 +57,24 @@ public final class WebSocket: Sendable {
         var phase = Phase.open
         /// An `attend` for this socket is queued at the loop.
         var attentionQueued = false
+        /// A `send` was refused since the buffer last drained: tell `onWritable` when it has room.
+        var refused = false
         var closeHandlers: [@Sendable (UInt16) -> Void] = []
 
         var buffered: Int { outgoing.count - head }
 
         mutating func append(_ frame: WebSocketFrame) {
+            appendFrame(frame.opcode, frame.payload)
+        }
+
+        /// An unmasked, unfragmented frame, written straight into the buffer.
+        mutating func appendFrame(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8]) {
             if head > 0 && head * 2 >= outgoing.count {
                 outgoing.removeFirst(head)
                 head = 0
             }
-            outgoing += frame.serialized()
+            WebSocketFrame.appendHeader(opcode: opcode, length: payload.count, to: &outgoing)
+            outgoing += payload
         }
     }
 
@@ -80,20 +90,38 @@ public final class WebSocket: Sendable {
     /// of `Response.webSocket`) would overflow — the caller decides what to drop or whether to close.
     @discardableResult
     public func send(_ message: WebSocketMessage) -> Bool {
-        let frame = switch message {
-        case .text(let text): WebSocketFrame(.text, Array(text.utf8))
-        case .binary(let bytes): WebSocketFrame(.binary, bytes)
+        switch message {
+        case .text(let text): send(.text, Array(text.utf8))
+        case .binary(let bytes): send(.binary, bytes)
         }
+    }
+
+    /// Queues a text message whose payload is already UTF-8 (no copy into a `String` and back);
+    /// otherwise as `send`.
+    @discardableResult
+    public func sendText(utf8 payload: [UInt8]) -> Bool {
+        send(.text, payload)
+    }
+
+    private func send(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8]) -> Bool {
         let (accepted, attend) = state.withLock { state -> (Bool, Bool) in
             // The frame header adds at most 10 bytes.
-            guard state.phase == .open, state.buffered + frame.payload.count + 10 <= settings.sendBufferBytes else {
+            guard state.phase == .open, state.buffered + payload.count + 10 <= settings.sendBufferBytes else {
+                if state.phase == .open { state.refused = true }
                 return (false, false)
             }
-            state.append(frame)
+            state.appendFrame(opcode, payload)
             return (true, state.queueAttention())
         }
         if attend { loop.attend(token) }
         return accepted
+    }
+
+    /// Runs `handler` (on the socket thread; it must not block) each time the outgoing buffer,
+    /// after refusing a `send`, has drained to half its size: a producer that keeps a queue of its
+    /// own writes again then, without polling.
+    public func onWritable(_ handler: @escaping @Sendable () -> Void) {
+        writable.set { _ in handler() }
     }
 
     /// Starts the closing handshake: sends a close frame and waits briefly for the client's before
@@ -174,21 +202,15 @@ public final class WebSocket: Sendable {
 
     /// Writes queued bytes to the non-blocking socket `fd`.
     func flush(to fd: Int32) -> Flush {
-        state.withLock { state in
-            while state.buffered > 0 {
-                let result = state.outgoing.withUnsafeBytes { bytes in
-                    SocketIO.send(fd, UnsafeRawBufferPointer(rebasing: bytes[state.head...]))
-                }
-                switch result {
-                case .transferred(let count): state.head += count
-                case .wouldBlock: return .blocked
-                case .endOfStream, .failed: return .failed
-                }
-            }
-            state.outgoing.removeAll(keepingCapacity: state.outgoing.capacity <= 1 << 16)
-            state.head = 0
-            return .done
+        let (result, drained) = state.withLock { state -> (Flush, Bool) in
+            let result = state.write(to: fd)
+            guard result != .failed, state.refused, state.phase == .open,
+                  state.buffered <= settings.sendBufferBytes / 2 else { return (result, false) }
+            state.refused = false
+            return (result, true)
         }
+        if drained { writable(()) }
+        return result
     }
 
     /// The connection is gone: ends `messages` and runs the close handlers.
@@ -196,17 +218,35 @@ public final class WebSocket: Sendable {
         let handlers = state.withLock { state -> [@Sendable (UInt16) -> Void] in
             if case .closed = state.phase { return [] }
             state.phase = .closed(code: code)
+            state.refused = false
             state.outgoing = []
             state.head = 0
             defer { state.closeHandlers = [] }
             return state.closeHandlers
         }
         continuation.finish()
+        writable.set(nil)
         for handler in handlers { Task { handler(code) } }
     }
 }
 
 extension WebSocket.State {
+    fileprivate mutating func write(to fd: Int32) -> WebSocket.Flush {
+        while buffered > 0 {
+            let result = outgoing.withUnsafeBytes { bytes in
+                SocketIO.send(fd, UnsafeRawBufferPointer(rebasing: bytes[head...]))
+            }
+            switch result {
+            case .transferred(let count): head += count
+            case .wouldBlock: return .blocked
+            case .endOfStream, .failed: return .failed
+            }
+        }
+        outgoing.removeAll(keepingCapacity: outgoing.capacity <= 1 << 16)
+        head = 0
+        return .done
+    }
+
     /// Marks that the loop must look at this socket; true if nobody asked it yet.
     fileprivate mutating func queueAttention() -> Bool {
         defer { attentionQueued = true }

@@ -39,23 +39,29 @@ struct WebSocketFrame: Equatable, Sendable {
     func serialized(maskingKey: [UInt8]? = nil) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(payload.count + 14)
-        bytes.append((fin ? 0x80 : 0) | opcode.rawValue)
-        let maskBit: UInt8 = maskingKey == nil ? 0 : 0x80
-        switch payload.count {
-        case ..<126:
-            bytes.append(maskBit | UInt8(payload.count))
-        case ...0xFFFF:
-            bytes.append(maskBit | 126)
-            bytes += [UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
-        default:
-            bytes.append(maskBit | 127)
-            bytes += (0..<8).reversed().map { UInt8(truncatingIfNeeded: UInt64(payload.count) >> ($0 * 8)) }
-        }
+        Self.appendHeader(fin: fin, opcode: opcode, length: payload.count, masked: maskingKey != nil, to: &bytes)
         guard let maskingKey else { return bytes + payload }
         precondition(maskingKey.count == 4, "a masking key has 4 bytes")
         bytes += maskingKey
         bytes += payload.enumerated().map { $0.element ^ maskingKey[$0.offset & 3] }
         return bytes
+    }
+
+    /// The first bytes of a frame: FIN and opcode, the mask bit and the payload length.
+    static func appendHeader(fin: Bool = true, opcode: Opcode, length: Int, masked: Bool = false, to bytes: inout [UInt8]) {
+        bytes.append((fin ? 0x80 : 0) | opcode.rawValue)
+        let maskBit: UInt8 = masked ? 0x80 : 0
+        switch length {
+        case ..<126:
+            bytes.append(maskBit | UInt8(length))
+        case ...0xFFFF:
+            bytes.append(maskBit | 126)
+            bytes.append(UInt8(length >> 8))
+            bytes.append(UInt8(length & 0xFF))
+        default:
+            bytes.append(maskBit | 127)
+            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(length) >> UInt64(shift))) }
+        }
     }
 
     enum Parsed: Equatable {

@@ -9,6 +9,10 @@ struct Options {
     var simulate: String??
     var maxBodyBytes = 64 * 1024
     var keepAliveSeconds = 15.0
+    /// Connections served at once (streams, WebSockets and requests); more get 503.
+    var maxConnections = 12_000
+    /// Event streams (SSE and WebSocket) open at once; more get 503.
+    var maxStreams = 10_000
 
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
@@ -28,6 +32,12 @@ struct Options {
       --max-body BYTES     largest request body accepted (default 65536)
       --keepalive SECONDS  how often an idle event stream (SSE) gets a comment line, so that
                            proxies keep it open (default 15)
+      --max-connections N  connections served at once (default 12000); past it a request gets
+                           503 with Retry-After. `ulimit -n` is raised to fit, or the limit
+                           lowered to what the system allows (logged)
+      --max-streams N      event streams (SSE and WebSocket) open at once (default 10000), at
+                           most --max-connections; past it a new stream gets 503 with
+                           Retry-After while other requests are still served
       --help               this text
       --version            the version
 
@@ -80,6 +90,16 @@ struct Options {
                 case "--keepalive":
                     guard let n = Double(try value()), n > 0, n <= 3600 else { throw UsageError("--keepalive takes seconds, more than 0") }
                     options.keepAliveSeconds = n
+                case "--max-connections":
+                    guard let n = Int(try value()), n > 0, n <= 1_000_000 else {
+                        throw UsageError("--max-connections takes a number from 1 to 1000000")
+                    }
+                    options.maxConnections = n
+                case "--max-streams":
+                    guard let n = Int(try value()), n >= 0, n <= 1_000_000 else {
+                        throw UsageError("--max-streams takes a number from 0 to 1000000")
+                    }
+                    options.maxStreams = n
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
@@ -92,6 +112,7 @@ struct Options {
         } catch {
             return .exit(code: 2, message: "gattway: \(error)")
         }
+        options.maxStreams = min(options.maxStreams, options.maxConnections)
         return .run(options)
     }
 

@@ -78,13 +78,23 @@ func run(_ options: Options) async -> Int32 {
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
 
+    // One descriptor per connection, and some for the bus, the log and the server's own.
+    let spare = 64
+    let descriptors = Server.raiseDescriptorLimit(to: options.maxConnections + Server.defaultConnectionReserve + spare)
+    var maxConnections = options.maxConnections
+    if descriptors < maxConnections + Server.defaultConnectionReserve + spare {
+        maxConnections = max(1, descriptors - Server.defaultConnectionReserve - spare)
+        log("gattway: only \(descriptors) file descriptors are allowed (ulimit -n); serving at most \(maxConnections) connections"
+            + " instead of \(options.maxConnections)")
+    }
+    let maxStreams = min(options.maxStreams, maxConnections)
     let gateway = Gateway(central: central, version: gattwayVersion,
-                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)))
+                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams)
     let router = gateway.router()
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
-                            log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
+                            connectionLimit: maxConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
             let start = ContinuousClock.now
             let response = await router.handle(request)
             let elapsed = ContinuousClock.now - start

@@ -11,6 +11,7 @@ let testErrorResponder: @Sendable (ServerError) -> Response = { error in
     case .notFound(let method, let path): "notFound \(method) \(path)"
     case .methodNotAllowed(let allowed): "methodNotAllowed \(allowed.joined(separator: ","))"
     case .badRequest(let message): "badRequest \(message)"
+    case .tooManyConnections(let limit): "tooManyConnections \(limit)"
     }
     return Response.json(error.status, Array("{\"error\":\"\(kind)\"}".utf8))
 }
@@ -363,5 +364,37 @@ struct ServerTests {
         #expect(throws: ServerStartError.self) {
             try Server(host: "not-an-address", port: 0, errorResponder: testErrorResponder) { _ in Response(status: 200) }
         }
+    }
+}
+
+@Suite struct ConnectionLimitTests {
+    /// Past the limit a request is answered (503, Retry-After) rather than left hanging in the
+    /// backlog, and once a connection closes new ones are served again.
+    @Test func pastTheLimitARequestGets503AndTheLimitFreesUp() async throws {
+        let server = try Server(host: "127.0.0.1", port: 0, connectionLimit: 3, connectionReserve: 4,
+                                errorResponder: testErrorResponder) { _ in Response(status: 200) }
+        defer { server.stop() }
+        let port = server.port
+        let held = try await onThread { () -> [TestConnection] in
+            try (0..<3).map { _ in
+                let connection = try TestConnection(port: port)
+                try connection.sendRequest("GET", "/")
+                guard try connection.readResponse().status == 200 else { throw ClientError("not served") }
+                return connection
+            }
+        }
+        #expect(server.openConnections == 3)
+        let over = try await fetch(port, "GET", "/")
+        #expect(over.status == 503)
+        #expect(over.headers["retry-after"] == "5")
+        #expect(String(decoding: over.body, as: UTF8.self).contains("tooManyConnections 3"))
+
+        held[0].hangUp()
+        var status = 503
+        for _ in 0..<500 where status == 503 {
+            status = try await fetch(port, "GET", "/").status
+        }
+        #expect(status == 200)
+        withExtendedLifetime(held) {}
     }
 }

@@ -1,0 +1,166 @@
+import BLE
+import FoundationEssentials
+
+/// A stream event encoded once and shared by every client that wants it.
+///
+/// `open` is the JSON object without its closing brace; each client appends its own fields
+/// (`sequence`, `subscription`) and the brace, so that 1 000 clients of one notification cost
+/// one encoding, not 1 000.
+struct EventEncodings {
+    let event: HubEvent
+    private var byFormat: [ValueFormat: [UInt8]] = [:]
+
+    init(_ event: HubEvent) { self.event = event }
+
+    /// The shared part of the event's JSON in `format` (which only notifications depend on).
+    mutating func open(_ format: ValueFormat) -> [UInt8] {
+        let key: ValueFormat = if case .value = event.event { format } else { .hex }
+        if let cached = byFormat[key] { return cached }
+        let encoded = Self.encode(event, format: key)
+        byFormat[key] = encoded
+        return encoded
+    }
+
+    /// The whole JSON object: the shared part, then a client's own fields.
+    static func close(_ open: [UInt8], sequence: UInt64?, subscription: String?) -> [UInt8] {
+        var writer = JSONWriter(open, reserving: 48)
+        if let sequence {
+            writer.raw(#","sequence":"#)
+            writer.number(sequence)
+        }
+        if let subscription {
+            writer.raw(#","subscription":"#)
+            writer.string(subscription)
+        }
+        writer.raw("}")
+        return writer.bytes
+    }
+
+    /// Notifications, the hot path, are written by hand; the rarer events go through their
+    /// `EventBody` (the same fields either way).
+    private static func encode(_ event: HubEvent, format: ValueFormat) -> [UInt8] {
+        guard case .value(let v) = event.event else {
+            var bytes = JSON.encodeCompact(EventBody(event, format: format, subscription: nil, sequence: nil))
+            if bytes.last == UInt8(ascii: "}") { bytes.removeLast() }
+            return bytes
+        }
+        var w = JSONWriter(reserving: 256 + v.value.count * 2)
+        w.raw(#"{"type":"notification","seq":"#)
+        w.number(event.seq)
+        w.raw(#","time":"#)
+        w.string(Timestamp.iso8601(event.time))
+        w.raw(#","device":"#)
+        w.string(v.device.description)
+        w.raw(#","service":{"handle":"#)
+        w.string(handleText(v.serviceHandle))
+        w.raw(#","uuid":"#)
+        w.string(v.serviceUUID.uuidString)
+        w.raw(#"},"characteristic":{"handle":"#)
+        w.string(handleText(v.characteristicHandle))
+        w.raw(#","uuid":"#)
+        w.string(v.characteristicUUID.uuidString)
+        w.raw(#"},"value":"#)
+        w.string(format.encode(v.value))
+        w.raw(#","format":"#)
+        w.string(format.rawValue)
+        return w.bytes
+    }
+}
+
+/// Appends JSON tokens to a byte buffer.
+struct JSONWriter {
+    private(set) var bytes: [UInt8]
+
+    init(reserving capacity: Int) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    init(_ start: [UInt8], reserving extra: Int) {
+        bytes = []
+        bytes.reserveCapacity(start.count + extra)
+        bytes += start
+    }
+
+    /// Text that is already JSON.
+    mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes += $0 }
+    }
+
+    mutating func number(_ n: UInt64) {
+        guard n > 0 else { bytes.append(UInt8(ascii: "0")); return }
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        var rest = n
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while rest > 0 {
+                buffer[19 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                count += 1
+            }
+            bytes += buffer[(20 - count)...]
+        }
+    }
+
+    /// A JSON string, escaped as RFC 8259 requires.
+    mutating func string(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case 0x0A: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case 0x0D: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case 0x09: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case ..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                          hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Times as the API writes them: ISO 8601 in UTC with milliseconds, "2026-12-01T20:09:56.716Z".
+/// Computed directly (days → civil date), about a hundred times cheaper than a format style.
+enum Timestamp {
+    static func iso8601(_ date: Date) -> String {
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let (days, msOfDay) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
+        let (d, ms) = msOfDay < 0 ? (days - 1, msOfDay + 86_400_000) : (days, msOfDay)
+        // Howard Hinnant's civil_from_days.
+        let z = d + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let day = doy - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+        var out: [UInt8] = []
+        out.reserveCapacity(24)
+        func digits(_ value: Int64, _ width: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<width { divisor *= 10 }
+            var v = value
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(v / divisor % 10))
+                v %= divisor
+                divisor /= 10
+            }
+        }
+        digits(year, 4); out.append(UInt8(ascii: "-"))
+        digits(month, 2); out.append(UInt8(ascii: "-"))
+        digits(day, 2); out.append(UInt8(ascii: "T"))
+        digits(ms / 3_600_000, 2); out.append(UInt8(ascii: ":"))
+        digits(ms / 60_000 % 60, 2); out.append(UInt8(ascii: ":"))
+        digits(ms / 1000 % 60, 2); out.append(UInt8(ascii: "."))
+        digits(ms % 1000, 3); out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,184 @@
+import BLE
+import HTTPServer
+import Synchronization
+
+/// One stream client (an SSE response or a WebSocket): its selections and its bounded queue.
+///
+/// The hub's fan-out thread offers it events; it writes what its transport takes at once and
+/// queues the rest as encoded messages. The transport says when it has room again
+/// (`onWritable`), and the queue is written then: nothing polls.
+///
+/// Overflow policy: when `queueLimit` messages are waiting, the oldest is dropped and counted;
+/// the count reaches the client in a `dropped` event as soon as there is room. Events the hub
+/// itself could not deliver in time count the same way. A client that has lost more than
+/// `dropLimit` events in a row is disconnected.
+final class StreamClient: Sendable {
+    enum Transport: Sendable {
+        case serverSentEvents(StreamBody)
+        case webSocket(WebSocket)
+    }
+
+    let id: Int
+    let queueLimit: Int
+    let dropLimit: Int
+    let transport: Transport
+
+    private struct SequenceKey: Hashable {
+        var subscription: String
+        var device: BluetoothAddress
+        var characteristic: UInt16
+    }
+
+    private struct State {
+        var selections: [String: Selection] = [:]
+        /// Encoded messages the transport refused, oldest first from `head`.
+        var pending: [[UInt8]] = []
+        var head = 0
+        var dropped = 0
+        var droppedInARow = 0
+        /// Per subscription and characteristic: the last notification's `sequence`.
+        var sequences: [SequenceKey: UInt64] = [:]
+        var closed = false
+
+        var waiting: Int { pending.count - head }
+    }
+    private let state = Mutex(State())
+
+    init(id: Int, transport: Transport, queueLimit: Int = 256, dropLimit: Int = 10_000) {
+        self.id = id
+        self.transport = transport
+        self.queueLimit = queueLimit
+        self.dropLimit = dropLimit
+        switch transport {
+        case .serverSentEvents(let body): body.onWritable { [weak self] in self?.flush() }
+        case .webSocket(let socket): socket.onWritable { [weak self] in self?.flush() }
+        }
+    }
+
+    func select(_ selection: Selection, as name: String) { state.withLock { $0.selections[name] = selection } }
+    func deselect(_ name: String) -> Selection? { state.withLock { $0.selections.removeValue(forKey: name) } }
+    var selections: [String: Selection] { state.withLock { $0.selections } }
+
+    /// Whether any selection wants the event.
+    func wants(_ event: HubEvent) -> Bool {
+        state.withLock { s in !s.closed && s.selections.values.contains { $0.matches(event) } }
+    }
+
+    /// Writes or queues the event for each selection that wants it (on the hub's thread).
+    /// Returns true when the client has lost too many events and must be disconnected.
+    func offer(_ event: HubEvent, _ encodings: inout EventEncodings) -> Bool {
+        state.withLock { s in
+            guard !s.closed else { return false }
+            let named = s.selections.count > 1
+            for (name, selection) in s.selections where selection.matches(event) {
+                var sequence: UInt64?
+                if case .value(let v) = event.event {
+                    let key = SequenceKey(subscription: name, device: v.device, characteristic: v.characteristicHandle)
+                    let next = (s.sequences[key] ?? 0) + 1
+                    s.sequences[key] = next
+                    sequence = next
+                }
+                let json = EventEncodings.close(encodings.open(selection.format), sequence: sequence,
+                                                subscription: named || !name.isEmpty ? name : nil)
+                let message = frame(json, event: event)
+                if s.waiting == 0 && s.dropped == 0 && write(message) {
+                    s.droppedInARow = 0
+                } else {
+                    s.pending.append(message)
+                }
+            }
+            trim(&s)
+            return s.droppedInARow > dropLimit
+        }
+    }
+
+    /// Counts events lost before they reached this client (the hub fell behind).
+    func noteDropped(_ count: Int) -> Bool {
+        state.withLock { s in
+            guard !s.closed else { return false }
+            s.dropped += count
+            s.droppedInARow += count
+            write(&s)
+            return s.droppedInARow > dropLimit
+        }
+    }
+
+    /// Writes queued messages while the transport takes them.
+    func flush() {
+        state.withLock { write(&$0) }
+    }
+
+    /// For SSE: a comment line, so that proxies keep an idle stream open.
+    func keepAlive() {
+        guard case .serverSentEvents(let body) = transport else { return }
+        state.withLock { s in
+            if !s.closed && s.waiting == 0 { body.write(Array(": keep-alive\n\n".utf8)) }
+        }
+    }
+
+    /// Ends the transport: the client read too slowly for too long.
+    func disconnect() {
+        close()
+        switch transport {
+        case .serverSentEvents(let body): body.close()
+        case .webSocket(let socket): socket.close(code: 1008, reason: "too slow: events were dropped")
+        }
+    }
+
+    func close() { state.withLock { $0.closed = true; $0.pending = []; $0.head = 0 } }
+
+    // MARK: - Under the lock
+
+    private func trim(_ s: inout State) {
+        let excess = s.waiting - queueLimit
+        if excess > 0 {
+            s.head += excess
+            s.dropped += excess
+            s.droppedInARow += excess
+        }
+        write(&s)
+    }
+
+    private func write(_ s: inout State) {
+        guard !s.closed else { return }
+        if s.dropped > 0 {
+            guard write(frame(JSON.encodeCompact(EventBody(dropped: s.dropped)), event: nil)) else { return }
+            s.dropped = 0
+        }
+        while s.head < s.pending.count {
+            guard write(s.pending[s.head]) else { break }
+            s.head += 1
+            s.droppedInARow = 0
+        }
+        if s.head == s.pending.count {
+            s.pending.removeAll(keepingCapacity: s.pending.capacity <= 64)
+            s.head = 0
+        } else if s.head > 64 && s.head * 2 > s.pending.count {
+            s.pending.removeFirst(s.head)
+            s.head = 0
+        }
+    }
+
+    private func write(_ message: [UInt8]) -> Bool {
+        switch transport {
+        case .serverSentEvents(let body): body.write(message)
+        case .webSocket(let socket): socket.sendText(utf8: message)
+        }
+    }
+
+    /// An SSE event is `id:` (its seq, for `Last-Event-ID`), `event:` and one `data:` line; a
+    /// WebSocket message is the JSON alone.
+    private func frame(_ json: [UInt8], event: HubEvent?) -> [UInt8] {
+        guard case .serverSentEvents = transport else { return json }
+        var message: [UInt8] = []
+        message.reserveCapacity(json.count + 48)
+        if let event {
+            message += Array("id: \(event.seq)\nevent: \(event.type.rawValue)\ndata: ".utf8)
+        } else {
+            message += Array("event: dropped\ndata: ".utf8)
+        }
+        message += json
+        message += [0x0A, 0x0A]
+        return message
+    }
+}
