@@ -104,6 +104,9 @@ public protocol Central: Sendable {
 
     /// Peripherals that matched the current (or last) scan, and connected ones.
     func peripherals() async -> [PeripheralInfo]
+    /// Changes whenever what `peripherals()` answers may have changed (read it first), so that
+    /// a caller may keep an encoded answer while it stays the same; nil: don't keep one.
+    var peripheralsVersion: UInt64? { get }
     /// A peripheral the adapter knows, or `unknownDevice`.
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
 
@@ -119,6 +122,10 @@ public protocol Central: Sendable {
     func writeDescriptor(_ id: BluetoothAddress, descriptor: UInt16, _ value: [UInt8]) async throws(BLEError)
     /// `setNotifyValue(_:for:)`: returns whether the characteristic now notifies.
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool
+}
+
+extension Central {
+    public var peripheralsVersion: UInt64? { nil }
 }
 
 public enum WriteType: Sendable, Hashable {

@@ -13,9 +13,9 @@ extension BlueZCentral {
         let path = try devicePath(id)
         return try await queues.run(id) { () async throws(BLEError) -> PeripheralInfo in
             if isReady(path) { return try await peripheral(id) }
-            transitions.withLock { $0[id] = .connecting }
+            setTransition(id, .connecting)
             disconnecting.withLock { _ = $0.remove(id) }
-            defer { transitions.withLock { $0[id] = nil } }
+            defer { setTransition(id, nil) }
             let deadline = ContinuousClock.now + timeout
             log("\(id): connecting (timeout \(timeout))")
             do throws(BusError) {
@@ -43,7 +43,7 @@ extension BlueZCentral {
             // reconcile the tree before answering.
             await reload()
             log("\(id): connected, \(servicePaths(path).count) services")
-            transitions.withLock { $0[id] = nil }
+            setTransition(id, nil)
             return try await peripheral(id)
         }
     }
@@ -52,9 +52,9 @@ extension BlueZCentral {
         let path = try devicePath(id)
         return try await queues.run(id) { () async throws(BLEError) -> PeripheralInfo in
             if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
-                transitions.withLock { $0[id] = .disconnecting }
+                setTransition(id, .disconnecting)
                 disconnecting.withLock { _ = $0.insert(id) }
-                defer { transitions.withLock { $0[id] = nil } }
+                defer { setTransition(id, nil) }
                 do throws(BusError) {
                     _ = try await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
                                                               member: "Disconnect"), timeout: Self.disconnectDeadline)
@@ -62,7 +62,7 @@ extension BlueZCentral {
                     throw ErrorMapping.map(error, context: .device)
                 }
                 await refreshDevice(path)
-                transitions.withLock { $0[id] = nil }
+                setTransition(id, nil)
                 log("\(id): disconnected")
             }
             return try await peripheral(id)

@@ -26,7 +26,9 @@ public final class BlueZCentral: Central {
     /// Devices this side is disconnecting: their disconnection is no error.
     let disconnecting = Mutex<Set<BluetoothAddress>>([])
     /// Devices being connected or disconnected right now.
-    let transitions = Mutex<[BluetoothAddress: PeripheralState]>([:])
+    private let transitions = Mutex<[BluetoothAddress: PeripheralState]>([:])
+    /// Bumped by every change that can change `peripherals()`.
+    private let listVersion = Atomic<UInt64>(0)
 
     /// How long a discovery call may take before it counts as failed.
     static let callDeadline: Duration = .seconds(10)
@@ -259,6 +261,7 @@ public final class BlueZCentral: Central {
             s.seen.removeAll()
             return (s.status, s.generation)
         }
+        peripheralsChanged()
         log("scan started: \(describe(options))")
         if let timeout = options.timeout {
             Task { [weak self] in
@@ -290,6 +293,15 @@ public final class BlueZCentral: Central {
 
     public func scanStatus() async -> ScanStatus { scan.withLock { $0.status } }
 
+    public var peripheralsVersion: UInt64? { listVersion.load(ordering: .acquiring) }
+
+    private func peripheralsChanged() { listVersion.add(1, ordering: .releasing) }
+
+    func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) {
+        transitions.withLock { $0[id] = state }
+        peripheralsChanged()
+    }
+
     private func adapterCall(_ adapter: ObjectPath, _ member: String, _ body: [Value] = []) async throws(BLEError) {
         do {
             _ = try await connection.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
@@ -312,6 +324,12 @@ public final class BlueZCentral: Central {
     /// A device that advertised (or changed) during a scan joins its results if it matches;
     /// whoever waits for a device's state hears of the change.
     private func treeChanged(_ change: ObjectTree.Change) {
+        // Everything but a characteristic's new value can show in the device list.
+        if case .properties(_, let interface, let changed, let invalidated) = change, interface == BlueZ.gattCharacteristicInterface,
+           invalidated.isEmpty, changed.keys.allSatisfy({ $0 == "Value" }) {
+        } else {
+            peripheralsChanged()
+        }
         switch change {
         case .reloaded: waiters.check { self.tree.properties(at: $0, BlueZ.deviceInterface) }
         case .added(let p, _), .removed(let p, _), .properties(let p, _, _, _):
@@ -350,6 +368,7 @@ public final class BlueZCentral: Central {
             }
             return false
         }
+        peripheralsChanged()  // `seen` moved on
         if report, let info = DeviceProperties.peripheral(props, lastSeen: now) { emit(.advertisement(info)) }
     }
 

@@ -127,9 +127,13 @@ struct JSONWriter {
 
 /// Times as the API writes them: ISO 8601 in UTC with milliseconds, "2026-12-01T20:09:56.716Z".
 /// Computed directly (days → civil date), about a hundred times cheaper than a format style.
-enum Timestamp {
-    static func iso8601(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+public enum Timestamp {
+    public static func iso8601(_ date: Date) -> String {
+        // From the reference date, as Foundation counts, so that the milliseconds truncate alike.
+        let interval = date.timeIntervalSinceReferenceDate
+        let whole = interval.rounded(.down)
+        let fraction = min(999, max(0, Int64(((interval - whole) * 1000).rounded(.down))))
+        let milliseconds = (Int64(whole) + 978_307_200) * 1000 + fraction
         let (days, msOfDay) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
         let (d, ms) = msOfDay < 0 ? (days - 1, msOfDay + 86_400_000) : (days, msOfDay)
         // Howard Hinnant's civil_from_days.

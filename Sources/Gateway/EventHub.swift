@@ -102,6 +102,12 @@ final class EventHub: Sendable {
 
     func newClientID() -> Int { ids.wrappingAdd(1, ordering: .relaxed).newValue }
 
+    /// Returns once every event published and every client added before the call has been
+    /// through the fan-out thread (offered to the clients).
+    func offered() async {
+        await withCheckedContinuation { mailbox.post(.barrier($0)) }
+    }
+
     /// Clients added and not yet removed.
     var clientCount: Int { mailbox.clients.load(ordering: .relaxed) }
 
@@ -114,6 +120,7 @@ final class EventHub: Sendable {
     enum Command: Sendable {
         case add(StreamClient, replayAfter: UInt64?)
         case remove(Int)
+        case barrier(CheckedContinuation<Void, Never>)
         case stop
     }
 
@@ -182,6 +189,7 @@ final class EventHub: Sendable {
                 let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
                 _ = mailbox.wake.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds)))
                 let contents = mailbox.take()
+                var barriers: [CheckedContinuation<Void, Never>] = []
                 for command in contents.commands {
                     switch command {
                     case .add(let client, let lastEventID):
@@ -191,7 +199,10 @@ final class EventHub: Sendable {
                         }
                     case .remove(let id):
                         clients[id] = nil
+                    case .barrier(let continuation):
+                        barriers.append(continuation)  // after this batch's events
                     case .stop:
+                        for barrier in barriers { barrier.resume() }
                         return
                     }
                 }
@@ -210,6 +221,7 @@ final class EventHub: Sendable {
                         offer(event, to: Array(clients.values))
                     }
                 }
+                for barrier in barriers { barrier.resume() }
                 if ContinuousClock.now >= nextKeepAlive {
                     for client in clients.values { client.keepAlive() }
                     nextKeepAlive = ContinuousClock.now + keepAliveInterval

@@ -8,6 +8,8 @@ public final class Gateway: Sendable {
     let hub: EventHub
     let holds: NotificationHolds
     let streams: StreamLimit
+    /// `GET /v1/devices`, encoded, while the device list stays the same.
+    private let deviceList = EncodedCache()
 
     /// - Parameters:
     ///   - keepAliveInterval: how often an SSE stream gets a comment, so that proxies keep it open.
@@ -35,7 +37,12 @@ public final class Gateway: Sendable {
             return ScanStatusBody(try await self.central.startScan(try body.options()))
         })
         router.add("DELETE", "/v1/scan", handle { _ in ScanStatusBody(try await self.central.stopScan()) })
-        router.add("GET", "/v1/devices", handle { _ in DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)) })
+        router.add("GET", "/v1/devices", { _ in
+            // The version is read before the list, so a kept answer is never older than it says.
+            .json(200, await self.deviceList.body(version: self.central.peripheralsVersion) {
+                JSON.encode(DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)))
+            })
+        })
         router.add("GET", "/v1/devices/{id}", handle { request in
             DeviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
         })

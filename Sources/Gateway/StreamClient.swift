@@ -142,7 +142,11 @@ final class StreamClient: Sendable {
     private func write(_ s: inout State) {
         guard !s.closed else { return }
         if s.dropped > 0 {
-            guard write(frame(JSON.encodeCompact(EventBody(dropped: s.dropped)), event: nil)) else { return }
+            // The count goes out with the event after the gap, not one notice per lost event
+            // while the transport has room for notices only.
+            let notice = frame(JSON.encodeCompact(EventBody(dropped: s.dropped)), event: nil)
+            let next = s.waiting > 0 ? s.pending[s.head].count : 0
+            guard room() >= notice.count + next + 2 * 10, write(notice) else { return }
             s.dropped = 0
         }
         while s.head < s.pending.count {
@@ -156,6 +160,14 @@ final class StreamClient: Sendable {
         } else if s.head > 64 && s.head * 2 > s.pending.count {
             s.pending.removeFirst(s.head)
             s.head = 0
+        }
+    }
+
+    /// Bytes the transport takes now (a WebSocket frame header adds up to 10).
+    private func room() -> Int {
+        switch transport {
+        case .serverSentEvents(let body): body.capacityBytes - body.bufferedBytes
+        case .webSocket(let socket): socket.sendBufferCapacity - socket.bufferedBytes
         }
     }
 

@@ -144,6 +144,9 @@ public final class WebSocket: Sendable {
         state.withLock { $0.buffered }
     }
 
+    /// What `send` may queue at most (`sendBufferBytes` of `Response.webSocket`).
+    public var sendBufferCapacity: Int { settings.sendBufferBytes }
+
     /// Runs `handler` once with the close code when the connection is gone: the code of the close
     /// handshake (the client's, or the one given to `close`, or 1002/1007/1009 for a client that
     /// broke the protocol), 1001 when the server stops, 1006 when the connection dropped or stopped

@@ -11,7 +11,7 @@ let gattwayVersion = "0.1.0"
 
 /// One line on stderr, with the time.
 @Sendable func log(_ message: String) {
-    let now = Date().formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    let now = Timestamp.iso8601(Date())
     writeError("\(now) \(message)\n")
 }
 

@@ -1,0 +1,151 @@
+import BLE
+import Foundation
+import Synchronization
+import Testing
+@testable import Gateway
+@testable import HTTPServer
+
+private let heartRate = ValueUpdate(
+    device: BluetoothAddress("F0:00:00:00:00:01")!, serviceHandle: 0x0010, serviceUUID: BluetoothUUID("180d")!,
+    characteristicHandle: 0x0015, characteristicUUID: BluetoothUUID("2a37")!, value: [0x06, 0x48])
+
+private func object(_ bytes: [UInt8]) throws -> [String: Any] {
+    try #require(JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+}
+
+/// Everything an SSE body has buffered, as text.
+private func drain(_ body: StreamBody) -> String {
+    var text = ""
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 1)
+    defer { buffer.deallocate() }
+    while case .bytes(let count) = body.read(into: buffer) {
+        text += String(decoding: UnsafeRawBufferPointer(rebasing: buffer[..<count]), as: UTF8.self)
+    }
+    return text
+}
+
+/// The `data:` objects of an SSE text.
+private func events(_ text: String) throws -> [[String: Any]] {
+    try text.split(separator: "\n").filter { $0.hasPrefix("data: ") }.map { try object(Array($0.dropFirst(6).utf8)) }
+}
+
+@Suite struct EventEncodingTests {
+    @Test("times as ISO 8601 with milliseconds, as Foundation writes them", arguments: [
+        0.0, 1_800_000_000.123, 951_782_400.5, 1_709_164_800.999, -86_400.25, 4_102_444_799.001, 1_767_225_599.9995,
+    ])
+    func timestampsMatchFoundation(_ seconds: Double) {
+        let date = Date(timeIntervalSince1970: seconds)
+        #expect(Timestamp.iso8601(date) == date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+    }
+
+    /// The hand-written notification has the fields the `EventBody` encoding has, with the same values.
+    @Test(arguments: ValueFormat.allCases)
+    func notificationMatchesTheEventBody(_ format: ValueFormat) throws {
+        let event = HubEvent(seq: 41, time: Date(timeIntervalSince1970: 1_800_000_000.5), event: .value(heartRate))
+        var encodings = EventEncodings(event)
+        let fast = try object(EventEncodings.close(encodings.open(format), sequence: 7, subscription: "s1"))
+        let reference = try object(EventBody.line(EventBody(event, format: format, subscription: "s1", sequence: 7)))
+        #expect(NSDictionary(dictionary: fast).isEqual(to: reference))
+    }
+
+    @Test func otherEventsCarryTheirFieldsAndASubscription() throws {
+        let event = HubEvent(seq: 3, time: Date(timeIntervalSince1970: 0),
+                             event: .connection(id: heartRate.device, state: .connected, error: nil))
+        var encodings = EventEncodings(event)
+        let json = try object(EventEncodings.close(encodings.open(.hex), sequence: nil, subscription: "s2"))
+        #expect(json["type"] as? String == "connection")
+        #expect(json["state"] as? String == "connected")
+        #expect(json["subscription"] as? String == "s2")
+        #expect(json["sequence"] == nil)
+    }
+
+    @Test func stringsAreEscaped() throws {
+        var update = heartRate
+        update.value = Array("a\"b\\c\n\u{1}é".utf8)
+        let event = HubEvent(seq: 1, time: Date(), event: .value(update))
+        var encodings = EventEncodings(event)
+        let json = try object(EventEncodings.close(encodings.open(.utf8), sequence: nil, subscription: nil))
+        #expect(json["value"] as? String == "a\"b\\c\n\u{1}é")
+    }
+
+    @Test func oneEncodingPerFormatIsShared() {
+        var encodings = EventEncodings(HubEvent(seq: 1, time: Date(), event: .value(heartRate)))
+        let first = encodings.open(.hex)
+        let again = encodings.open(.hex)
+        first.withUnsafeBufferPointer { a in again.withUnsafeBufferPointer { b in #expect(a.baseAddress == b.baseAddress) } }
+        #expect(encodings.open(.base64) != first)
+    }
+}
+
+@Suite struct StreamClientTests {
+    /// A client whose transport is full queues events; when its queue overflows the oldest are
+    /// dropped, and as the transport drains (its writable callback, no polling) the client gets
+    /// a `dropped` event with the count, then the newest events in order.
+    @Test func overflowIsCountedAndReportedWhenTheTransportDrains() throws {
+        let body = StreamBody(capacityBytes: 600)
+        let client = StreamClient(id: 1, transport: .serverSentEvents(body), queueLimit: 4)
+        client.select(Selection(), as: "")
+        for seq in 1...20 {
+            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .value(heartRate))
+            var encodings = EventEncodings(event)
+            #expect(client.offer(event, &encodings) == false)
+        }
+        var received = try events(drain(body))
+        // The reads drained the buffer; each drain wrote more from the queue.
+        while body.bufferedBytes > 0 { received += try events(drain(body)) }
+        let dropped = received.filter { $0["type"] as? String == "dropped" }
+        let notifications = received.filter { $0["type"] as? String == "notification" }
+        let sequences = notifications.compactMap { $0["sequence"] as? Int }
+        #expect(dropped.count == 1)
+        let lost = dropped.first?["count"] as? Int ?? 0
+        #expect(lost > 0)
+        #expect(notifications.count + lost == 20)
+        #expect(sequences == sequences.sorted())
+        #expect(sequences.last == 20)
+        // The newest four were queued, not dropped.
+        #expect(Array(sequences.suffix(4)) == [17, 18, 19, 20])
+    }
+
+    @Test func aClientThatLosesTooManyAsksToBeDisconnected() {
+        let body = StreamBody(capacityBytes: 200)
+        let client = StreamClient(id: 1, transport: .serverSentEvents(body), queueLimit: 2, dropLimit: 5)
+        client.select(Selection(), as: "")
+        var disconnect = false
+        for seq in 1...20 where !disconnect {
+            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .value(heartRate))
+            var encodings = EventEncodings(event)
+            disconnect = client.offer(event, &encodings)
+        }
+        #expect(disconnect)
+    }
+}
+
+@Suite struct EventHubTests {
+    /// Events published from another thread reach every client in order, numbered from 1; a
+    /// client added with `Last-Event-ID` gets the replay first.
+    @Test func fanOutKeepsOrderAndReplays() async throws {
+        let hub = EventHub(keepAliveInterval: .seconds(60))
+        let body = StreamBody(capacityBytes: 1 << 20)
+        let client = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(body))
+        client.select(Selection(), as: "")
+        hub.add(client)
+        for i in 0..<1_000 {
+            var update = heartRate
+            update.value = [UInt8(i & 0xFF), UInt8(i >> 8)]
+            hub.publish(.value(update))
+        }
+        await hub.offered()
+        let received = try events(drain(body))
+        #expect(received.compactMap { $0["seq"] as? Int } == Array(1...1_000))
+        #expect(received.compactMap { $0["sequence"] as? Int } == Array(1...1_000))
+
+        let late = StreamBody(capacityBytes: 1 << 20)
+        let replayed = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(late))
+        replayed.select(Selection(), as: "")
+        hub.add(replayed, replayAfter: 990)
+        await hub.offered()
+        #expect(try events(drain(late)).compactMap { $0["seq"] as? Int } == Array(991...1_000))
+        hub.remove(client)
+        hub.remove(replayed)
+    }
+}
