@@ -27,6 +27,9 @@ public final class BlueZCentral: Central {
     let disconnecting = Mutex<Set<BluetoothAddress>>([])
     /// Devices being connected or disconnected right now.
     private let transitions = Mutex<[BluetoothAddress: PeripheralState]>([:])
+    /// `adapterPath()`'s answer (`.some(nil)`: no adapter), and a generation that a change of
+    /// adapters bumps, so that an answer computed before the change is not kept.
+    private let adapterCache = Mutex<(generation: UInt64, path: ObjectPath??)>((0, nil))
     /// Bumped by every change that can change `peripherals()`.
     private let listVersion = Atomic<UInt64>(0)
 
@@ -170,13 +173,22 @@ public final class BlueZCentral: Central {
 
     // MARK: - Adapter
 
-    /// The adapter in use: the chosen one, or the first BlueZ lists.
+    /// The adapter in use: the chosen one, or the first BlueZ lists. Kept until an adapter
+    /// comes or goes: every notification asks for it.
     func adapterPath() -> ObjectPath? {
+        let (generation, kept) = adapterCache.withLock { ($0.generation, $0.path) }
+        if let kept { return kept }
         let adapters = tree.objects(with: BlueZ.adapterInterface, under: ObjectPath(trusted: "/org/bluez"))
-        if let adapterName {
-            return adapters.first { $0.0.lastElement == adapterName }?.0
+        let path = adapterName.map { name in adapters.first { $0.0.lastElement == name }?.0 } ?? adapters.first?.0
+        adapterCache.withLock { cache in
+            if cache.generation == generation { cache.path = .some(path) }
         }
-        return adapters.first?.0
+        return path
+    }
+
+    /// An adapter object came or went: look again next time.
+    private func adaptersChanged() {
+        adapterCache.withLock { $0.generation += 1; $0.path = nil }
     }
 
     public func status() async -> ManagerStatus { currentStatus() }
@@ -324,6 +336,12 @@ public final class BlueZCentral: Central {
     /// A device that advertised (or changed) during a scan joins its results if it matches;
     /// whoever waits for a device's state hears of the change.
     private func treeChanged(_ change: ObjectTree.Change) {
+        switch change {
+        case .reloaded: adaptersChanged()
+        case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: adaptersChanged()
+        case .removed(_, let names) where names.contains(BlueZ.adapterInterface): adaptersChanged()
+        default: break
+        }
         // Everything but a characteristic's new value can show in the device list.
         if case .properties(_, let interface, let changed, let invalidated) = change, interface == BlueZ.gattCharacteristicInterface,
            invalidated.isEmpty, changed.keys.allSatisfy({ $0 == "Value" }) {
