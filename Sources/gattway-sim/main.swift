@@ -51,7 +51,8 @@ let usage = """
       UUIDs: "180D", "0x180D", 32-bit or 128-bit. Values: "value" in hex or "text" in UTF-8.
       flags: BlueZ's strings (read, write, write-without-response, notify, indicate,
         encrypt-read, encrypt-authenticated-read, ..., reliable-write, authorize).
-      generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s).
+      generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s);
+    notifyIntervalMs from 1 (benchmarks) to 3600000.
       A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
