@@ -175,6 +175,8 @@ final class EventHub: Sendable {
         var seq: UInt64 = 0
         var ring: [HubEvent] = []
         var clients: [Int: StreamClient] = [:]
+        /// Clients offered events in this batch.
+        var offered: Set<Int> = []
 
         init(mailbox: Mailbox, keepAliveInterval: Duration) {
             self.mailbox = mailbox
@@ -189,6 +191,7 @@ final class EventHub: Sendable {
                 let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
                 _ = mailbox.wake.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds)))
                 let contents = mailbox.take()
+                offered.removeAll(keepingCapacity: true)
                 var barriers: [CheckedContinuation<Void, Never>] = []
                 for command in contents.commands {
                     switch command {
@@ -221,6 +224,8 @@ final class EventHub: Sendable {
                         offer(event, to: Array(clients.values))
                     }
                 }
+                // One write per socket for the whole batch.
+                for id in offered { clients[id]?.flushTransport() }
                 for barrier in barriers { barrier.resume() }
                 if ContinuousClock.now >= nextKeepAlive {
                     for client in clients.values { client.keepAlive() }
@@ -231,7 +236,10 @@ final class EventHub: Sendable {
 
         private func offer(_ event: HubEvent, to targets: [StreamClient]) {
             var encodings = EventEncodings(event)
-            for client in targets where client.offer(event, &encodings) { disconnect(client) }
+            for client in targets {
+                offered.insert(client.id)
+                if client.offer(event, &encodings) { disconnect(client) }
+            }
         }
 
         private func disconnect(_ client: StreamClient) {

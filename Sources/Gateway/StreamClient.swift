@@ -64,8 +64,9 @@ final class StreamClient: Sendable {
         state.withLock { s in !s.closed && s.selections.values.contains { $0.matches(event) } }
     }
 
-    /// Writes or queues the event for each selection that wants it (on the hub's thread).
-    /// Returns true when the client has lost too many events and must be disconnected.
+    /// Writes or queues the event for each selection that wants it (on the hub's thread); a
+    /// WebSocket's bytes wait for `flushTransport()`, which the hub calls once per batch of
+    /// events. Returns true when the client has lost too many events and must be disconnected.
     func offer(_ event: HubEvent, _ encodings: inout EventEncodings) -> Bool {
         state.withLock { s in
             guard !s.closed else { return false }
@@ -81,7 +82,7 @@ final class StreamClient: Sendable {
                 let json = EventEncodings.close(encodings.open(selection.format), sequence: sequence,
                                                 subscription: named || !name.isEmpty ? name : nil)
                 let message = frame(json, event: event)
-                if s.waiting == 0 && s.dropped == 0 && write(message) {
+                if s.waiting == 0 && s.dropped == 0 && write(message, flush: false) {
                     s.droppedInARow = 0
                 } else {
                     s.pending.append(message)
@@ -106,6 +107,14 @@ final class StreamClient: Sendable {
     /// Writes queued messages while the transport takes them.
     func flush() {
         state.withLock { write(&$0) }
+    }
+
+    /// Writes what `offer` left in the transport's buffer.
+    func flushTransport() {
+        switch transport {
+        case .serverSentEvents(let body): body.flush()
+        case .webSocket(let socket): socket.flush()
+        }
     }
 
     /// For SSE: a comment line, so that proxies keep an idle stream open.
@@ -171,10 +180,10 @@ final class StreamClient: Sendable {
         }
     }
 
-    private func write(_ message: [UInt8]) -> Bool {
+    private func write(_ message: [UInt8], flush: Bool = true) -> Bool {
         switch transport {
-        case .serverSentEvents(let body): body.write(message)
-        case .webSocket(let socket): socket.sendText(utf8: message)
+        case .serverSentEvents(let body): body.write(message, flush: flush)
+        case .webSocket(let socket): socket.sendText(utf8: message, flush: flush)
         }
     }
 

@@ -61,9 +61,11 @@ public final class StreamBody: Sendable {
     }
 
     /// Appends bytes; returns false (and appends nothing) if the buffer would exceed capacity
-    /// or the stream is closed — the caller decides what to drop or whether to close.
+    /// or the stream is closed — the caller decides what to drop or whether to close. With
+    /// `flush: false` a suspended connection is not woken until `flush()`, so that a producer
+    /// with several events for many streams wakes each once.
     @discardableResult
-    public func write(_ bytes: [UInt8]) -> Bool {
+    public func write(_ bytes: [UInt8], flush: Bool = true) -> Bool {
         let (accepted, resume) = state.withLock { state -> (Bool, ServerCore?) in
             guard !state.closed, !state.finished, state.buffered + bytes.count <= capacityBytes else {
                 if !state.closed && !state.finished { state.refused = true }
@@ -75,10 +77,18 @@ public final class StreamBody: Sendable {
                 state.head = 0
             }
             state.buffer += bytes
-            return (true, state.takeSuspension())
+            return (true, flush ? state.takeSuspension() : nil)
         }
         resume?.resumeStream(self)
         return accepted
+    }
+
+    /// Wakes the connection for what `write(_:flush: false)` left.
+    public func flush() {
+        let resume = state.withLock { state -> ServerCore? in
+            state.buffered > 0 ? state.takeSuspension() : nil
+        }
+        resume?.resumeStream(self)
     }
 
     /// Ends the response once the buffered bytes are sent. Later writes are refused.

@@ -97,13 +97,20 @@ public final class WebSocket: Sendable {
     }
 
     /// Queues a text message whose payload is already UTF-8 (no copy into a `String` and back);
-    /// otherwise as `send`.
+    /// otherwise as `send`. With `flush: false` the bytes wait for `flush()`, so that a producer
+    /// with several messages for many sockets (the event fan-out) has them written in one
+    /// system call per socket.
     @discardableResult
-    public func sendText(utf8 payload: [UInt8]) -> Bool {
-        send(.text, payload)
+    public func sendText(utf8 payload: [UInt8], flush: Bool = true) -> Bool {
+        send(.text, payload, flush: flush)
     }
 
-    private func send(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8]) -> Bool {
+    /// Has the socket thread write what `sendText(utf8:flush: false)` queued.
+    public func flush() {
+        if state.withLock({ $0.buffered > 0 && $0.queueAttention() }) { loop.attend(token) }
+    }
+
+    private func send(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8], flush: Bool = true) -> Bool {
         let (accepted, attend) = state.withLock { state -> (Bool, Bool) in
             // The frame header adds at most 10 bytes.
             guard state.phase == .open, state.buffered + payload.count + 10 <= settings.sendBufferBytes else {
@@ -111,7 +118,7 @@ public final class WebSocket: Sendable {
                 return (false, false)
             }
             state.appendFrame(opcode, payload)
-            return (true, state.queueAttention())
+            return (true, flush && state.queueAttention())
         }
         if attend { loop.attend(token) }
         return accepted
