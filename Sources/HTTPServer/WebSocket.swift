@@ -20,11 +20,15 @@ struct WebSocketUpgrade: Sendable {
 /// The server's socket thread does all I/O: `send` only queues (bounded), incoming messages arrive
 /// on `messages`. The connection is kept alive with pings and closed when the handler returns.
 public final class WebSocket: Sendable {
-    /// Complete messages from the client, in order; finishes when the socket closes. Buffers up to
-    /// `messageQueueLimit` messages: a handler that falls further behind gets the socket closed
-    /// with 1008 rather than holding unbounded memory.
-    public let messages: AsyncStream<WebSocketMessage>
+    /// Complete messages from the client, in order; finishes when the socket closes. Holds up to
+    /// `messageQueueLimit` messages and `messageQueueBytes` bytes waiting for the handler: one
+    /// that falls further behind gets the socket closed with 1008 rather than holding unbounded
+    /// memory.
+    public var messages: Messages { Messages(socket: self, stream: stream) }
+    private let stream: AsyncStream<WebSocketMessage>
     private let continuation: AsyncStream<WebSocketMessage>.Continuation
+    /// Messages delivered and not yet taken by the handler, and their bytes.
+    private let waiting = Mutex<(count: Int, bytes: Int)>((0, 0))
     let settings: WebSocketUpgrade
     /// The socket loop's id for this socket.
     let token: UInt64
@@ -38,9 +42,26 @@ public final class WebSocket: Sendable {
     /// 64 waiting would pin 4 MiB per socket.
     static let messageQueueBytes = 256 * 1024
 
-    /// Messages that may wait: 64, fewer when large messages are allowed (at least 4).
-    static func queueLimit(maxMessageBytes: Int) -> Int {
-        min(messageQueueLimit, max(4, messageQueueBytes / max(maxMessageBytes, 1)))
+    /// `messages`: the handler's side of the queue, which gives back each message's place.
+    public struct Messages: AsyncSequence, Sendable {
+        public typealias Element = WebSocketMessage
+        let socket: WebSocket
+        let stream: AsyncStream<WebSocketMessage>
+
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let socket: WebSocket
+            var base: AsyncStream<WebSocketMessage>.AsyncIterator
+
+            public mutating func next() async -> WebSocketMessage? {
+                let message = await base.next()
+                if let message { socket.taken(message) }
+                return message
+            }
+        }
+
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(socket: socket, base: stream.makeAsyncIterator())
+        }
     }
 
     enum Phase: Equatable {
@@ -79,8 +100,8 @@ public final class WebSocket: Sendable {
     }
 
     init(settings: WebSocketUpgrade, token: UInt64, loop: SocketLoop) {
-        (messages, continuation) = AsyncStream.makeStream(
-            bufferingPolicy: .bufferingOldest(Self.queueLimit(maxMessageBytes: settings.maxMessageBytes)))
+        // Bounded by `deliver`, which counts what waits.
+        (stream, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         self.settings = settings
         self.token = token
         self.loop = loop
@@ -198,8 +219,32 @@ public final class WebSocket: Sendable {
 
     /// Hands a message to the handler; false if its queue is full.
     func deliver(_ message: WebSocketMessage) -> Bool {
-        if case .dropped = continuation.yield(message) { return false }
+        let size = Self.size(message)
+        let admitted = waiting.withLock { w -> Bool in
+            // One message always fits, however large (up to maxMessageBytes).
+            guard w.count == 0 || (w.count < Self.messageQueueLimit && w.bytes + size <= Self.messageQueueBytes) else {
+                return false
+            }
+            w.count += 1
+            w.bytes += size
+            return true
+        }
+        guard admitted else { return false }
+        continuation.yield(message)
         return true
+    }
+
+    /// The handler took a message: its place is free.
+    fileprivate func taken(_ message: WebSocketMessage) {
+        let size = Self.size(message)
+        waiting.withLock { $0.count -= 1; $0.bytes -= size }
+    }
+
+    private static func size(_ message: WebSocketMessage) -> Int {
+        switch message {
+        case .text(let text): text.utf8.count
+        case .binary(let bytes): bytes.count
+        }
     }
 
     enum Flush {

@@ -299,4 +299,54 @@ struct WebSocketTests {
         #expect(before)
         #expect(!after)
     }
+
+    /// The queue toward the handler is bounded by what waits, not by the largest message allowed:
+    /// with 64 KiB messages allowed, 20 small commands sent at once (a client subscribing to 20
+    /// characteristics) all wait for a busy handler.
+    @Test func smallMessagesWaitForABusyHandlerUpToTheLimit() async throws {
+        let (gate, open) = AsyncStream<Void>.makeStream()
+        let server = try startServer { router in
+            router.add("GET", "/ws") { request in
+                .webSocket(request, maxMessageBytes: 64 * 1024) { socket in
+                    for await _ in gate { break }
+                    for await message in socket.messages { socket.send(message) }
+                }
+            }
+        }
+        defer { server.stop() }
+        let port = server.port
+        let echoed = try await onThread { () -> Int in
+            let connection = try openWebSocket(port)
+            let burst = (0..<20).flatMap { WebSocketFrame(.text, Array("{\"op\":\"subscribe\",\"id\":\"\($0)\"}".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
+            try connection.send(burst)
+            open.yield()
+            var count = 0
+            while count < 20, try connection.readFrame().opcode == .text { count += 1 }
+            return count
+        }
+        #expect(echoed == 20)
+    }
+
+    /// More than 64 messages waiting: the socket is closed with 1008.
+    @Test func aHandlerThatNeverReadsIsClosedWith1008() async throws {
+        let server = try startServer { router in
+            router.add("GET", "/ws") { request in
+                .webSocket(request, maxMessageBytes: 64 * 1024) { socket in
+                    try? await Task.sleep(for: .seconds(30))
+                }
+            }
+        }
+        defer { server.stop() }
+        let port = server.port
+        let code = try await onThread { () -> UInt16? in
+            let connection = try openWebSocket(port)
+            let burst = (0..<70).flatMap { _ in WebSocketFrame(.text, Array("x".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
+            try connection.send(burst)
+            while true {
+                let frame = try connection.readFrame()
+                if frame.opcode == .close { return closeCode(frame) }
+            }
+        }
+        #expect(code == 1008)
+    }
 }
