@@ -30,6 +30,9 @@ public final class BlueZCentral: Central {
     /// `adapterPath()`'s answer (`.some(nil)`: no adapter), and a generation that a change of
     /// adapters bumps, so that an answer computed before the change is not kept.
     private let adapterCache = Mutex<(generation: UInt64, path: ObjectPath??)>((0, nil))
+    /// Per characteristic path, what its notifications carry besides the value (`value` empty);
+    /// the generation, bumped when objects come or go, keeps a lookup made before from being kept.
+    private let valueSources = Mutex<(generation: UInt64, sources: [ObjectPath: ValueUpdate])>((0, [:]))
     /// Bumped by every change that can change `peripherals()`.
     private let listVersion = Atomic<UInt64>(0)
 
@@ -337,6 +340,10 @@ public final class BlueZCentral: Central {
     /// whoever waits for a device's state hears of the change.
     private func treeChanged(_ change: ObjectTree.Change) {
         switch change {
+        case .reloaded, .added, .removed: objectsChanged()
+        case .properties: break
+        }
+        switch change {
         case .reloaded: adaptersChanged()
         case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: adaptersChanged()
         case .removed(_, let names) where names.contains(BlueZ.adapterInterface): adaptersChanged()
@@ -402,16 +409,34 @@ public final class BlueZCentral: Central {
         }
     }
 
+    /// A notification, or a read's result: the characteristic's identity is looked up once per
+    /// object path (until objects come or go), so a notification costs one dictionary lookup.
     private func valueChanged(_ path: ObjectPath, _ value: [UInt8]) {
-        guard let servicePath = path.parent, let devicePath = servicePath.parent, devicePath.parent == adapterPath(),
-              let id = tree.properties(at: devicePath, BlueZ.deviceInterface).flatMap(DeviceProperties.address),
-              let (handle, uuid) = tree.properties(at: path, BlueZ.gattCharacteristicInterface)
-                .flatMap({ Self.identity(path, $0, prefix: "char") }),
-              let (serviceHandle, serviceUUID) = tree.properties(at: servicePath, BlueZ.gattServiceInterface)
-                .flatMap({ Self.identity(servicePath, $0, prefix: "service") })
-        else { return }
-        emit(.value(ValueUpdate(device: id, serviceHandle: serviceHandle, serviceUUID: serviceUUID,
-                                characteristicHandle: handle, characteristicUUID: uuid, value: value)))
+        let (generation, known) = valueSources.withLock { ($0.generation, $0.sources[path]) }
+        var update: ValueUpdate
+        if let known {
+            update = known
+        } else {
+            guard let servicePath = path.parent, let devicePath = servicePath.parent, devicePath.parent == adapterPath(),
+                  let id = tree.properties(at: devicePath, BlueZ.deviceInterface).flatMap(DeviceProperties.address),
+                  let (handle, uuid) = tree.properties(at: path, BlueZ.gattCharacteristicInterface)
+                    .flatMap({ Self.identity(path, $0, prefix: "char") }),
+                  let (serviceHandle, serviceUUID) = tree.properties(at: servicePath, BlueZ.gattServiceInterface)
+                    .flatMap({ Self.identity(servicePath, $0, prefix: "service") })
+            else { return }
+            update = ValueUpdate(device: id, serviceHandle: serviceHandle, serviceUUID: serviceUUID,
+                                 characteristicHandle: handle, characteristicUUID: uuid, value: [])
+            valueSources.withLock { cache in
+                if cache.generation == generation { cache.sources[path] = update }
+            }
+        }
+        update.value = value
+        emit(.value(update))
+    }
+
+    /// Objects came or went: the characteristics' identities are looked up again.
+    private func objectsChanged() {
+        valueSources.withLock { $0.generation += 1; $0.sources.removeAll() }
     }
 
     // MARK: - Peripherals

@@ -25,7 +25,10 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     }
 
     /// The last element ("dev_00_11" of "/org/bluez/hci0/dev_00_11").
-    public var lastElement: Substring { rawValue.split(separator: "/").last ?? "" }
+    public var lastElement: Substring {
+        guard let slash = rawValue.lastIndex(of: "/") else { return rawValue[...] }
+        return rawValue[rawValue.index(after: slash)...]
+    }
 
     /// The parent path, nil for "/".
     public var parent: ObjectPath? {

@@ -9,14 +9,19 @@ import FoundationEssentials
 struct EventEncodings {
     let event: HubEvent
     private var byFormat: [ValueFormat: [UInt8]] = [:]
+    private let fragments: AttributeFragments?
 
-    init(_ event: HubEvent) { self.event = event }
+    /// - Parameter fragments: the fan-out thread's cache of each characteristic's JSON.
+    init(_ event: HubEvent, fragments: AttributeFragments? = nil) {
+        self.event = event
+        self.fragments = fragments
+    }
 
     /// The shared part of the event's JSON in `format` (which only notifications depend on).
     mutating func open(_ format: ValueFormat) -> [UInt8] {
         let key: ValueFormat = if case .value = event.event { format } else { .hex }
         if let cached = byFormat[key] { return cached }
-        let encoded = Self.encode(event, format: key)
+        let encoded = Self.encode(event, format: key, fragments: fragments)
         byFormat[key] = encoded
         return encoded
     }
@@ -38,7 +43,7 @@ struct EventEncodings {
 
     /// Notifications, the hot path, are written by hand; the rarer events go through their
     /// `EventBody` (the same fields either way).
-    private static func encode(_ event: HubEvent, format: ValueFormat) -> [UInt8] {
+    private static func encode(_ event: HubEvent, format: ValueFormat, fragments: AttributeFragments?) -> [UInt8] {
         guard case .value(let v) = event.event else {
             var bytes = JSON.encodeCompact(EventBody(event, format: format, subscription: nil, sequence: nil))
             if bytes.last == UInt8(ascii: "}") { bytes.removeLast() }
@@ -49,6 +54,43 @@ struct EventEncodings {
         w.number(event.seq)
         w.raw(#","time":"#)
         w.string(Timestamp.iso8601(event.time))
+        w.append(fragments?.fragment(v) ?? AttributeFragments.encode(v))
+        w.raw(#","value":"#)
+        w.string(format.encode(v.value))
+        w.raw(#","format":"#)
+        w.string(format.rawValue)
+        return w.bytes
+    }
+}
+
+/// Each characteristic's part of a notification's JSON (device, service, characteristic), made
+/// once: a notification then costs little more than its value. Used by the fan-out thread only.
+final class AttributeFragments {
+    private struct Key: Hashable {
+        var device: BluetoothAddress
+        var service: UInt16
+        var characteristic: UInt16
+    }
+    private var fragments: [Key: (ValueUpdate, [UInt8])] = [:]
+    /// Past this many characteristics the cache starts again.
+    static let limit = 4096
+
+    func fragment(_ v: ValueUpdate) -> [UInt8] {
+        let key = Key(device: v.device, service: v.serviceHandle, characteristic: v.characteristicHandle)
+        if let (source, bytes) = fragments[key], source.serviceUUID == v.serviceUUID, source.characteristicUUID == v.characteristicUUID {
+            return bytes
+        }
+        if fragments.count >= Self.limit { fragments.removeAll() }
+        let bytes = Self.encode(v)
+        var source = v
+        source.value = []
+        fragments[key] = (source, bytes)
+        return bytes
+    }
+
+    /// `,"device":…,"service":{…},"characteristic":{…}`
+    static func encode(_ v: ValueUpdate) -> [UInt8] {
+        var w = JSONWriter(reserving: 192)
         w.raw(#","device":"#)
         w.string(v.device.description)
         w.raw(#","service":{"handle":"#)
@@ -59,10 +101,7 @@ struct EventEncodings {
         w.string(handleText(v.characteristicHandle))
         w.raw(#","uuid":"#)
         w.string(v.characteristicUUID.uuidString)
-        w.raw(#"},"value":"#)
-        w.string(format.encode(v.value))
-        w.raw(#","format":"#)
-        w.string(format.rawValue)
+        w.raw("}")
         return w.bytes
     }
 }
@@ -85,6 +124,11 @@ struct JSONWriter {
     /// Text that is already JSON.
     mutating func raw(_ text: StaticString) {
         text.withUTF8Buffer { bytes += $0 }
+    }
+
+    /// Bytes that are already JSON.
+    mutating func append(_ json: [UInt8]) {
+        bytes += json
     }
 
     mutating func number(_ n: UInt64) {

@@ -175,8 +175,7 @@ final class EventHub: Sendable {
         var seq: UInt64 = 0
         var ring: [HubEvent] = []
         var clients: [Int: StreamClient] = [:]
-        /// Clients offered events in this batch.
-        var offered: Set<Int> = []
+        let fragments = AttributeFragments()
 
         init(mailbox: Mailbox, keepAliveInterval: Duration) {
             self.mailbox = mailbox
@@ -191,14 +190,13 @@ final class EventHub: Sendable {
                 let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
                 _ = mailbox.wake.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds)))
                 let contents = mailbox.take()
-                offered.removeAll(keepingCapacity: true)
                 var barriers: [CheckedContinuation<Void, Never>] = []
                 for command in contents.commands {
                     switch command {
                     case .add(let client, let lastEventID):
                         clients[client.id] = client
                         if let lastEventID {
-                            for event in ring.suffix(EventHub.ringSize) where event.seq > lastEventID { offer(event, to: [client]) }
+                            offer(ring.suffix(EventHub.ringSize).filter { $0.seq > lastEventID }, to: [client])
                         }
                     case .remove(let id):
                         clients[id] = nil
@@ -213,6 +211,7 @@ final class EventHub: Sendable {
                     for client in Array(clients.values) where client.noteDropped(contents.overflow) { disconnect(client) }
                 }
                 let now = ContinuousClock.now
+                var live: [HubEvent] = []
                 for published in contents.events {
                     seq += 1
                     let event = HubEvent(seq: seq, time: published.time, event: published.event)
@@ -221,11 +220,10 @@ final class EventHub: Sendable {
                     if now - published.at > EventHub.maxLag {
                         for client in Array(clients.values) where client.wants(event) && client.noteDropped(1) { disconnect(client) }
                     } else {
-                        offer(event, to: Array(clients.values))
+                        live.append(event)
                     }
                 }
-                // One write per socket for the whole batch.
-                for id in offered { clients[id]?.flushTransport() }
+                if !live.isEmpty { offer(live, to: Array(clients.values)) }
                 for barrier in barriers { barrier.resume() }
                 if ContinuousClock.now >= nextKeepAlive {
                     for client in clients.values { client.keepAlive() }
@@ -234,11 +232,17 @@ final class EventHub: Sendable {
             }
         }
 
-        private func offer(_ event: HubEvent, to targets: [StreamClient]) {
-            var encodings = EventEncodings(event)
+        /// Client by client, so that the first socket is written while the others are still
+        /// being served, and each gets the whole batch in one write; each event is encoded once
+        /// (per format) for all of them.
+        private func offer(_ events: [HubEvent], to targets: [StreamClient]) {
+            var encodings = events.map { EventEncodings($0, fragments: fragments) }
             for client in targets {
-                offered.insert(client.id)
-                if client.offer(event, &encodings) { disconnect(client) }
+                var disconnecting = false
+                for i in encodings.indices where !disconnecting {
+                    disconnecting = client.offer(events[i], &encodings[i])
+                }
+                if disconnecting { disconnect(client) } else { client.flushTransport() }
             }
         }
 
