@@ -233,6 +233,7 @@ final class SocketLoop: Sendable {
                         continue
                     }
                     peers[socket.token] = peer
+                    socket.attach(fd: fd)
                     peer.inbound.append(extra)
                     process(peer)
                     receive(peer)
@@ -344,6 +345,7 @@ final class SocketLoop: Sendable {
         /// code of its closing phase, unless it was reported already.
         private func end(_ peer: Peer) {
             epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, peer.fd, nil)
+            peer.socket.detach()  // no other thread writes to the descriptor from now on
             _ = gw_mhd_upgrade_close(peer.handle.pointer)
             peers[peer.socket.token] = nil
             ready.remove(peer.socket.token)

@@ -80,6 +80,8 @@ public final class WebSocket: Sendable {
         var attentionQueued = false
         /// A `send` was refused since the buffer last drained: tell `onWritable` when it has room.
         var refused = false
+        /// The socket, while the loop has it: `flush()` writes to it directly.
+        var fd: Int32 = -1
         var closeHandlers: [@Sendable (UInt16) -> Void] = []
 
         var buffered: Int { outgoing.count - head }
@@ -126,9 +128,20 @@ public final class WebSocket: Sendable {
         send(.text, payload, flush: flush)
     }
 
-    /// Has the socket thread write what `sendText(utf8:flush: false)` queued.
+    /// Writes what `sendText(utf8:flush: false)` queued, on the caller's thread (one system call,
+    /// no hand-over to the socket thread, which would cost a wake-up per message); what the
+    /// socket does not take now the socket thread writes when it has room.
     public func flush() {
-        if state.withLock({ $0.buffered > 0 && $0.queueAttention() }) { loop.attend(token) }
+        let attend = state.withLock { state -> Bool in
+            guard state.buffered > 0 else { return false }
+            guard state.fd >= 0, state.phase == .open, !state.attentionQueued else { return state.queueAttention() }
+            switch state.write(to: state.fd) {
+            case .done: return false
+            case .blocked: return false  // the socket thread gets EPOLLOUT when there is room
+            case .failed: return state.queueAttention()  // the socket thread finds out and ends it
+            }
+        }
+        if attend { loop.attend(token) }
     }
 
     private func send(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8], flush: Bool = true) -> Bool {
@@ -192,6 +205,12 @@ public final class WebSocket: Sendable {
     }
 
     // MARK: For the socket loop
+
+    /// The loop has the socket now.
+    func attach(fd: Int32) { state.withLock { $0.fd = fd } }
+
+    /// The loop is about to close the socket: nobody else may write to it.
+    func detach() { state.withLock { $0.fd = -1 } }
 
     var phase: Phase { state.withLock { $0.phase } }
 
