@@ -9,6 +9,7 @@ import FoundationEssentials
 struct EventEncodings {
     let event: HubEvent
     private var byFormat: [ValueFormat: [UInt8]] = [:]
+    private var sse: [UInt8]?
     private let fragments: AttributeFragments?
 
     /// - Parameter fragments: the fan-out thread's cache of each characteristic's JSON.
@@ -24,6 +25,14 @@ struct EventEncodings {
         let encoded = Self.encode(event, format: key, fragments: fragments)
         byFormat[key] = encoded
         return encoded
+    }
+
+    /// `id: <seq>\nevent: <type>\ndata: `, the SSE lines before the JSON.
+    mutating func sseHead() -> [UInt8] {
+        if let sse { return sse }
+        let head = Array("id: \(event.seq)\nevent: \(event.type.rawValue)\ndata: ".utf8)
+        sse = head
+        return head
     }
 
     /// The whole JSON object: the shared part, then a client's own fields.
@@ -132,6 +141,10 @@ struct JSONWriter {
     }
 
     mutating func number(_ n: UInt64) {
+        Self.appendNumber(n, to: &bytes)
+    }
+
+    static func appendNumber(_ n: UInt64, to bytes: inout [UInt8]) {
         guard n > 0 else { bytes.append(UInt8(ascii: "0")); return }
         var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
                      UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =

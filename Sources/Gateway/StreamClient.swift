@@ -24,13 +24,22 @@ final class StreamClient: Sendable {
     let transport: Transport
 
     private struct SequenceKey: Hashable {
-        var subscription: String
+        /// The subscription's number (names are strings: slower to hash for every event).
+        var subscription: Int
         var device: BluetoothAddress
         var characteristic: UInt16
     }
 
+    private struct Subscription {
+        var selection: Selection
+        let number: Int
+        /// `,"subscription":"<name>"`, written into each of its events.
+        let field: [UInt8]
+    }
+
     private struct State {
-        var selections: [String: Selection] = [:]
+        var subscriptions: [String: Subscription] = [:]
+        var numbered = 0
         /// Encoded messages the transport refused, oldest first from `head`.
         var pending: [[UInt8]] = []
         var head = 0
@@ -55,13 +64,20 @@ final class StreamClient: Sendable {
         }
     }
 
-    func select(_ selection: Selection, as name: String) { state.withLock { $0.selections[name] = selection } }
-    func deselect(_ name: String) -> Selection? { state.withLock { $0.selections.removeValue(forKey: name) } }
-    var selections: [String: Selection] { state.withLock { $0.selections } }
+    func select(_ selection: Selection, as name: String) {
+        state.withLock { s in
+            s.numbered += 1
+            s.subscriptions[name] = Subscription(selection: selection, number: s.numbered,
+                                                 field: EventEncodings.close([], sequence: nil, subscription: name).dropLast())
+        }
+    }
+
+    func deselect(_ name: String) -> Selection? { state.withLock { $0.subscriptions.removeValue(forKey: name)?.selection } }
+    var selections: [String: Selection] { state.withLock { $0.subscriptions.mapValues(\.selection) } }
 
     /// Whether any selection wants the event.
     func wants(_ event: HubEvent) -> Bool {
-        state.withLock { s in !s.closed && s.selections.values.contains { $0.matches(event) } }
+        state.withLock { s in !s.closed && s.subscriptions.values.contains { $0.selection.matches(event) } }
     }
 
     /// Writes or queues the event for each selection that wants it (on the hub's thread); a
@@ -70,22 +86,23 @@ final class StreamClient: Sendable {
     func offer(_ event: HubEvent, _ encodings: inout EventEncodings) -> Bool {
         state.withLock { s in
             guard !s.closed else { return false }
-            let named = s.selections.count > 1
-            for (name, selection) in s.selections where selection.matches(event) {
+            let named = s.subscriptions.count > 1
+            for (name, subscription) in s.subscriptions where subscription.selection.matches(event) {
                 var sequence: UInt64?
                 if case .value(let v) = event.event {
-                    let key = SequenceKey(subscription: name, device: v.device, characteristic: v.characteristicHandle)
+                    let key = SequenceKey(subscription: subscription.number, device: v.device, characteristic: v.characteristicHandle)
                     let next = (s.sequences[key] ?? 0) + 1
                     s.sequences[key] = next
                     sequence = next
                 }
-                let json = EventEncodings.close(encodings.open(selection.format), sequence: sequence,
-                                                subscription: named || !name.isEmpty ? name : nil)
-                let message = frame(json, event: event)
-                if s.waiting == 0 && s.dropped == 0 && write(message, flush: false) {
+                let message = Message(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
+                                      sequence: sequence, subscription: named || !name.isEmpty ? subscription.field : [],
+                                      sse: isSSE)
+                // Straight into the transport's buffer when nothing waits; a copy only to queue.
+                if s.waiting == 0 && s.dropped == 0 && write(message) {
                     s.droppedInARow = 0
                 } else {
-                    s.pending.append(message)
+                    s.pending.append(message.bytes)
                 }
             }
             trim(&s)
@@ -153,7 +170,8 @@ final class StreamClient: Sendable {
         if s.dropped > 0 {
             // The count goes out with the event after the gap, not one notice per lost event
             // while the transport has room for notices only.
-            let notice = frame(JSON.encodeCompact(EventBody(dropped: s.dropped)), event: nil)
+            let json = JSON.encodeCompact(EventBody(dropped: s.dropped))
+            let notice = isSSE ? Array("event: dropped\ndata: ".utf8) + json + [0x0A, 0x0A] : json
             let next = s.waiting > 0 ? s.pending[s.head].count : 0
             guard room() >= notice.count + next + 2 * 10, write(notice) else { return }
             s.dropped = 0
@@ -180,26 +198,67 @@ final class StreamClient: Sendable {
         }
     }
 
-    private func write(_ message: [UInt8], flush: Bool = true) -> Bool {
+    private func write(_ message: [UInt8]) -> Bool {
         switch transport {
-        case .serverSentEvents(let body): body.write(message, flush: flush)
-        case .webSocket(let socket): socket.sendText(utf8: message, flush: flush)
+        case .serverSentEvents(let body): body.write(message)
+        case .webSocket(let socket): socket.sendText(utf8: message)
         }
     }
 
-    /// An SSE event is `id:` (its seq, for `Last-Event-ID`), `event:` and one `data:` line; a
-    /// WebSocket message is the JSON alone.
-    private func frame(_ json: [UInt8], event: HubEvent?) -> [UInt8] {
-        guard case .serverSentEvents = transport else { return json }
-        var message: [UInt8] = []
-        message.reserveCapacity(json.count + 48)
-        if let event {
-            message += Array("id: \(event.seq)\nevent: \(event.type.rawValue)\ndata: ".utf8)
-        } else {
-            message += Array("event: dropped\ndata: ".utf8)
+    /// Writes an event in place; the transport is woken by `flushTransport()`.
+    private func write(_ message: Message) -> Bool {
+        switch transport {
+        case .serverSentEvents(let body): body.write(count: message.count, flush: false) { message.write(into: &$0) }
+        case .webSocket(let socket): socket.sendText(count: message.count, flush: false) { message.write(into: &$0) }
         }
-        message += json
-        message += [0x0A, 0x0A]
-        return message
+    }
+
+    private var isSSE: Bool {
+        if case .serverSentEvents = transport { true } else { false }
+    }
+}
+
+/// One event as a client receives it: the shared JSON, the client's own fields, and for SSE the
+/// `id:` (its seq, for `Last-Event-ID`), `event:` and `data:` framing (one line of JSON), written
+/// where it goes without an intermediate copy. A `dropped` notice has no `id:`.
+private struct Message {
+    let head: [UInt8]
+    let open: [UInt8]
+    let sequence: UInt64?
+    let subscription: [UInt8]
+    let sse: Bool
+
+    private static let sequenceKey = Array(#","sequence":"#.utf8)
+
+    var count: Int {
+        var count = head.count + open.count + subscription.count + 1 + (sse ? 2 : 0)
+        if let sequence { count += Self.sequenceKey.count + Self.digits(sequence) }
+        return count
+    }
+
+    func write(into bytes: inout [UInt8]) {
+        bytes += head
+        bytes += open
+        if let sequence {
+            bytes += Self.sequenceKey
+            JSONWriter.appendNumber(sequence, to: &bytes)
+        }
+        bytes += subscription
+        bytes.append(UInt8(ascii: "}"))
+        if sse { bytes += [0x0A, 0x0A] }
+    }
+
+    var bytes: [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        write(into: &bytes)
+        return bytes
+    }
+
+    private static func digits(_ n: UInt64) -> Int {
+        var count = 1
+        var rest = n / 10
+        while rest > 0 { count += 1; rest /= 10 }
+        return count
     }
 }

@@ -66,17 +66,26 @@ public final class StreamBody: Sendable {
     /// with several events for many streams wakes each once.
     @discardableResult
     public func write(_ bytes: [UInt8], flush: Bool = true) -> Bool {
+        write(count: bytes.count, flush: flush) { $0 += bytes }
+    }
+
+    /// Appends `count` bytes that `write` appends in place, under the body's lock (so it must
+    /// only append); otherwise as `write(_:flush:)`.
+    @discardableResult
+    public func write(count: Int, flush: Bool = true, _ write: (inout [UInt8]) -> Void) -> Bool {
         let (accepted, resume) = state.withLock { state -> (Bool, ServerCore?) in
-            guard !state.closed, !state.finished, state.buffered + bytes.count <= capacityBytes else {
+            guard !state.closed, !state.finished, state.buffered + count <= capacityBytes else {
                 if !state.closed && !state.finished { state.refused = true }
                 return (false, nil)
             }
-            guard !bytes.isEmpty else { return (true, nil) }
+            guard count > 0 else { return (true, nil) }
             if state.head > 0 && state.head * 2 >= state.buffer.count {
                 state.buffer.removeFirst(state.head)
                 state.head = 0
             }
-            state.buffer += bytes
+            let start = state.buffer.count
+            write(&state.buffer)
+            precondition(state.buffer.count - start == count, "write(count:) wrote another length")
             return (true, flush ? state.takeSuspension() : nil)
         }
         resume?.resumeStream(self)

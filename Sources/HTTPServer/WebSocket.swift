@@ -86,19 +86,21 @@ public final class WebSocket: Sendable {
 
         var buffered: Int { outgoing.count - head }
 
+        /// An unmasked, unfragmented frame (control frames; messages go through `send`).
         mutating func append(_ frame: WebSocketFrame) {
-            appendFrame(frame.opcode, frame.payload)
+            compact()
+            WebSocketFrame.appendHeader(opcode: frame.opcode, length: frame.payload.count, to: &outgoing)
+            outgoing += frame.payload
         }
 
-        /// An unmasked, unfragmented frame, written straight into the buffer.
-        mutating func appendFrame(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8]) {
+        /// Drops the sent bytes once they are half the buffer.
+        mutating func compact() {
             if head > 0 && head * 2 >= outgoing.count {
                 outgoing.removeFirst(head)
                 head = 0
             }
-            WebSocketFrame.appendHeader(opcode: opcode, length: payload.count, to: &outgoing)
-            outgoing += payload
         }
+
     }
 
     init(settings: WebSocketUpgrade, token: UInt64, loop: SocketLoop) {
@@ -128,6 +130,13 @@ public final class WebSocket: Sendable {
         send(.text, payload, flush: flush)
     }
 
+    /// Queues a text message of `count` bytes of UTF-8 that `write` appends in place, under the
+    /// socket's lock (so it must only append); otherwise as `sendText(utf8:flush:)`.
+    @discardableResult
+    public func sendText(count: Int, flush: Bool = true, _ write: (inout [UInt8]) -> Void) -> Bool {
+        send(.text, count: count, flush: flush, write)
+    }
+
     /// Writes what `sendText(utf8:flush: false)` queued, on the caller's thread (one system call,
     /// no hand-over to the socket thread, which would cost a wake-up per message); what the
     /// socket does not take now the socket thread writes when it has room.
@@ -145,13 +154,22 @@ public final class WebSocket: Sendable {
     }
 
     private func send(_ opcode: WebSocketFrame.Opcode, _ payload: [UInt8], flush: Bool = true) -> Bool {
+        send(opcode, count: payload.count, flush: flush) { $0 += payload }
+    }
+
+    /// A frame whose payload `write` appends in place, under the lock.
+    private func send(_ opcode: WebSocketFrame.Opcode, count: Int, flush: Bool, _ write: (inout [UInt8]) -> Void) -> Bool {
         let (accepted, attend) = state.withLock { state -> (Bool, Bool) in
             // The frame header adds at most 10 bytes.
-            guard state.phase == .open, state.buffered + payload.count + 10 <= settings.sendBufferBytes else {
+            guard state.phase == .open, state.buffered + count + 10 <= settings.sendBufferBytes else {
                 if state.phase == .open { state.refused = true }
                 return (false, false)
             }
-            state.appendFrame(opcode, payload)
+            state.compact()
+            WebSocketFrame.appendHeader(opcode: opcode, length: count, to: &state.outgoing)
+            let start = state.outgoing.count
+            write(&state.outgoing)
+            precondition(state.outgoing.count - start == count, "a frame's payload was not the length announced")
             return (true, flush && state.queueAttention())
         }
         if attend { loop.attend(token) }
