@@ -9,34 +9,54 @@ enum EventType: String, CaseIterable, Sendable {
     case state, advertisement, connection, notification
 }
 
-/// One event with its hub-wide sequence number (the SSE `id`, for `Last-Event-ID`).
-struct HubEvent: Sendable {
+/// A set of event types, as bits: selections are checked for every event and every client.
+struct EventTypes: OptionSet, Sendable, Hashable {
+    let rawValue: UInt8
+    init(rawValue: UInt8) { self.rawValue = rawValue }
+    init(_ type: EventType) { rawValue = 1 << UInt8(EventType.allCases.firstIndex(of: type)!) }
+    static let all = EventTypes(rawValue: (1 << UInt8(EventType.allCases.count)) - 1)
+
+    func contains(_ type: EventType) -> Bool { contains(EventTypes(type)) }
+}
+
+/// One event with its hub-wide sequence number (the SSE `id`, for `Last-Event-ID`). A class:
+/// the fan-out hands the same event to every client, and what selections look at is kept in
+/// plain fields, so that checking it copies nothing.
+final class HubEvent: Sendable {
     let seq: UInt64
     let time: Date
     let event: CentralEvent
+    let type: EventType
+    let device: BluetoothAddress?
+    /// A notification's characteristic.
+    let characteristicHandle: UInt16?
+    let characteristicUUID: BluetoothUUID?
 
-    var type: EventType {
+    init(seq: UInt64, time: Date, event: CentralEvent) {
+        self.seq = seq
+        self.time = time
+        self.event = event
+        var handle: UInt16?
+        var uuid: BluetoothUUID?
         switch event {
-        case .state: .state
-        case .advertisement: .advertisement
-        case .connection: .connection
-        case .value: .notification
+        case .state:
+            (type, device) = (.state, nil)
+        case .advertisement(let p):
+            (type, device) = (.advertisement, p.id)
+        case .connection(let id, _, _):
+            (type, device) = (.connection, id)
+        case .value(let v):
+            (type, device) = (.notification, v.device)
+            (handle, uuid) = (v.characteristicHandle, v.characteristicUUID)
         }
-    }
-
-    var device: BluetoothAddress? {
-        switch event {
-        case .state: nil
-        case .advertisement(let p): p.id
-        case .connection(let id, _, _): id
-        case .value(let v): v.device
-        }
+        characteristicHandle = handle
+        characteristicUUID = uuid
     }
 }
 
 /// What one client subscription selects.
 struct Selection: Sendable, Equatable {
-    var types: Set<EventType> = Set(EventType.allCases)
+    var types: EventTypes = .all
     var device: BluetoothAddress?
     /// A notification's characteristic, by handle or UUID.
     var characteristic: AttributeSelector?
@@ -45,10 +65,10 @@ struct Selection: Sendable, Equatable {
     func matches(_ event: HubEvent) -> Bool {
         guard types.contains(event.type) else { return false }
         if let device, event.device != device { return false }
-        if let characteristic, case .value(let v) = event.event {
+        if let characteristic, event.type == .notification {
             switch characteristic {
-            case .handle(let h): if v.characteristicHandle != h { return false }
-            case .uuid(let u): if v.characteristicUUID != u { return false }
+            case .handle(let h): if event.characteristicHandle != h { return false }
+            case .uuid(let u): if event.characteristicUUID != u { return false }
             }
         }
         return true

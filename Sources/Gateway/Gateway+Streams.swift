@@ -60,12 +60,12 @@ extension Gateway {
     static func selection(types: String?, device: String?, characteristic: String?, format: String?) throws(BLEError) -> Selection {
         var selection = Selection()
         if let types {
-            var set = Set<EventType>()
+            var set = EventTypes()
             for name in types.split(separator: ",") {
                 guard let type = EventType(rawValue: String(name).trimmingSpaces) else {
                     throw BLEError(.invalidParameters, "unknown event type \"\(name)\"; types are state, advertisement, connection, notification")
                 }
-                set.insert(type)
+                set.insert(EventTypes(type))
             }
             selection.types = set
         }
@@ -75,7 +75,7 @@ extension Gateway {
                 throw BLEError(.invalidParameters, "characteristic needs a device")
             }
             selection.characteristic = try Parse.selector(characteristic)
-            if types == nil { selection.types = [.notification] }
+            if types == nil { selection.types = EventTypes(.notification) }
         }
         selection.format = try Self.format(format)
         return selection
