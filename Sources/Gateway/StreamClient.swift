@@ -72,8 +72,19 @@ final class StreamClient: Sendable {
         }
     }
 
-    func deselect(_ name: String) -> Selection? { state.withLock { $0.subscriptions.removeValue(forKey: name)?.selection } }
+    /// Ends a subscription, and its sequence counters (a client that subscribes and unsubscribes
+    /// for months must not accumulate them).
+    func deselect(_ name: String) -> Selection? {
+        state.withLock { s in
+            guard let removed = s.subscriptions.removeValue(forKey: name) else { return nil }
+            s.sequences = s.sequences.filter { $0.key.subscription != removed.number }
+            return removed.selection
+        }
+    }
     var selections: [String: Selection] { state.withLock { $0.subscriptions.mapValues(\.selection) } }
+
+    /// Sequence counters kept (one per subscription and characteristic it has seen).
+    var sequenceCounters: Int { state.withLock { $0.sequences.count } }
 
     /// Whether any selection wants the event.
     func wants(_ event: HubEvent) -> Bool {
@@ -89,8 +100,8 @@ final class StreamClient: Sendable {
             let named = s.subscriptions.count > 1
             for (name, subscription) in s.subscriptions where subscription.selection.matches(event) {
                 var sequence: UInt64?
-                if case .value(let v) = event.event {
-                    let key = SequenceKey(subscription: subscription.number, device: v.device, characteristic: v.characteristicHandle)
+                if let device = event.device, let handle = event.characteristicHandle {
+                    let key = SequenceKey(subscription: subscription.number, device: device, characteristic: handle)
                     let next = (s.sequences[key] ?? 0) + 1
                     s.sequences[key] = next
                     sequence = next

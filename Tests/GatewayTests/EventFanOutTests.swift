@@ -106,6 +106,21 @@ private func events(_ text: String) throws -> [[String: Any]] {
         #expect(Array(sequences.suffix(4)) == [17, 18, 19, 20])
     }
 
+    /// A WebSocket client that subscribes and unsubscribes for months keeps no counters of the
+    /// subscriptions it ended.
+    @Test func endedSubscriptionsLeaveNoCounters() {
+        let client = StreamClient(id: 1, transport: .serverSentEvents(StreamBody(capacityBytes: 1 << 20)))
+        for round in 1...100 {
+            client.select(Selection(), as: "s\(round)")
+            let event = HubEvent(seq: UInt64(round), time: Date(), event: .value(heartRate))
+            var encodings = EventEncodings(event)
+            _ = client.offer(event, &encodings)
+            #expect(client.sequenceCounters == 1)
+            _ = client.deselect("s\(round)")
+        }
+        #expect(client.sequenceCounters == 0)
+    }
+
     @Test func aClientThatLosesTooManyAsksToBeDisconnected() {
         let body = StreamBody(capacityBytes: 200)
         let client = StreamClient(id: 1, transport: .serverSentEvents(body), queueLimit: 2, dropLimit: 5)
