@@ -111,12 +111,10 @@ final class EventHub: Sendable {
 
     /// Registers a client; events after `lastEventID` still in the ring are offered first.
     func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {
-        mailbox.clients.add(1, ordering: .relaxed)
         mailbox.post(.add(client, replayAfter: lastEventID))
     }
 
     func remove(_ client: StreamClient) {
-        mailbox.clients.subtract(1, ordering: .relaxed)
         mailbox.post(.remove(client.id))
     }
 
@@ -127,9 +125,6 @@ final class EventHub: Sendable {
     func offered() async {
         await withCheckedContinuation { mailbox.post(.barrier($0)) }
     }
-
-    /// Clients added and not yet removed.
-    var clientCount: Int { mailbox.clients.load(ordering: .relaxed) }
 
     struct Published: Sendable {
         let event: CentralEvent
@@ -156,7 +151,6 @@ final class EventHub: Sendable {
         }
         let contents = Mutex(Contents())
         let wake = DispatchSemaphore(value: 0)
-        let clients = Atomic<Int>(0)
 
         func publish(_ event: Published) {
             let signal = contents.withLock { c -> Bool in
