@@ -339,21 +339,25 @@ public final class BlueZCentral: Central {
     /// A device that advertised (or changed) during a scan joins its results if it matches;
     /// whoever waits for a device's state hears of the change.
     private func treeChanged(_ change: ObjectTree.Change) {
+        // What is kept until objects come or go, and whether the device list may have changed:
+        // everything but a characteristic's new value can show in it.
         switch change {
-        case .reloaded, .added, .removed: objectsChanged()
-        case .properties: break
-        }
-        switch change {
-        case .reloaded: adaptersChanged()
-        case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: adaptersChanged()
-        case .removed(_, let names) where names.contains(BlueZ.adapterInterface): adaptersChanged()
-        default: break
-        }
-        // Everything but a characteristic's new value can show in the device list.
-        if case .properties(_, let interface, let changed, let invalidated) = change, interface == BlueZ.gattCharacteristicInterface,
-           invalidated.isEmpty, changed.keys.allSatisfy({ $0 == "Value" }) {
-        } else {
+        case .reloaded:
+            objectsChanged()
+            adaptersChanged()
             peripheralsChanged()
+        case .added(_, let interfaces):
+            objectsChanged()
+            if interfaces[BlueZ.adapterInterface] != nil { adaptersChanged() }
+            peripheralsChanged()
+        case .removed(_, let names):
+            objectsChanged()
+            if names.contains(BlueZ.adapterInterface) { adaptersChanged() }
+            peripheralsChanged()
+        case .properties(_, let interface, let changed, let invalidated):
+            let onlyAValue = interface == BlueZ.gattCharacteristicInterface && invalidated.isEmpty
+                && changed.keys.allSatisfy { $0 == "Value" }
+            if !onlyAValue { peripheralsChanged() }
         }
         switch change {
         case .reloaded: waiters.check { self.tree.properties(at: $0, BlueZ.deviceInterface) }

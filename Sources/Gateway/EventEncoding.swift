@@ -37,17 +37,8 @@ struct EventEncodings {
 
     /// The whole JSON object: the shared part, then a client's own fields.
     static func close(_ open: [UInt8], sequence: UInt64?, subscription: String?) -> [UInt8] {
-        var writer = JSONWriter(open, reserving: 48)
-        if let sequence {
-            writer.raw(#","sequence":"#)
-            writer.number(sequence)
-        }
-        if let subscription {
-            writer.raw(#","subscription":"#)
-            writer.string(subscription)
-        }
-        writer.raw("}")
-        return writer.bytes
+        ClientEvent(head: [], open: open, sequence: sequence,
+                    subscription: subscription.map(ClientEvent.subscriptionField) ?? [], sse: false).bytes
     }
 
     /// Notifications, the hot path, are written by hand; the rarer events go through their
@@ -223,5 +214,58 @@ public enum Timestamp {
         digits(ms / 1000 % 60, 2); out.append(UInt8(ascii: "."))
         digits(ms % 1000, 3); out.append(UInt8(ascii: "Z"))
         return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// One event as a client receives it: the shared JSON, the client's own fields, and for SSE the
+/// `id:` (its seq, for `Last-Event-ID`), `event:` and `data:` framing (one line of JSON), written
+/// where it goes without an intermediate copy. A `dropped` notice has no `id:`.
+struct ClientEvent {
+    let head: [UInt8]
+    let open: [UInt8]
+    let sequence: UInt64?
+    let subscription: [UInt8]
+    let sse: Bool
+
+    private static let sequenceKey = Array(#","sequence":"#.utf8)
+
+    /// `,"subscription":"<name>"`, as a subscription's events carry it.
+    static func subscriptionField(_ name: String) -> [UInt8] {
+        var writer = JSONWriter(reserving: 24 + name.utf8.count)
+        writer.raw(#","subscription":"#)
+        writer.string(name)
+        return writer.bytes
+    }
+
+    var count: Int {
+        var count = head.count + open.count + subscription.count + 1 + (sse ? 2 : 0)
+        if let sequence { count += Self.sequenceKey.count + Self.digits(sequence) }
+        return count
+    }
+
+    func write(into bytes: inout [UInt8]) {
+        bytes += head
+        bytes += open
+        if let sequence {
+            bytes += Self.sequenceKey
+            JSONWriter.appendNumber(sequence, to: &bytes)
+        }
+        bytes += subscription
+        bytes.append(UInt8(ascii: "}"))
+        if sse { bytes += [0x0A, 0x0A] }
+    }
+
+    var bytes: [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        write(into: &bytes)
+        return bytes
+    }
+
+    private static func digits(_ n: UInt64) -> Int {
+        var count = 1
+        var rest = n / 10
+        while rest > 0 { count += 1; rest /= 10 }
+        return count
     }
 }

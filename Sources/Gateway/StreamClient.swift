@@ -68,7 +68,7 @@ final class StreamClient: Sendable {
         state.withLock { s in
             s.numbered += 1
             s.subscriptions[name] = Subscription(selection: selection, number: s.numbered,
-                                                 field: EventEncodings.close([], sequence: nil, subscription: name).dropLast())
+                                                 field: ClientEvent.subscriptionField(name))
         }
     }
 
@@ -106,7 +106,7 @@ final class StreamClient: Sendable {
                     s.sequences[key] = next
                     sequence = next
                 }
-                let message = Message(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
+                let message = ClientEvent(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
                                       sequence: sequence, subscription: named || !name.isEmpty ? subscription.field : [],
                                       sse: isSSE)
                 // Straight into the transport's buffer when nothing waits; a copy only to queue.
@@ -217,7 +217,7 @@ final class StreamClient: Sendable {
     }
 
     /// Writes an event in place; the transport is woken by `flushTransport()`.
-    private func write(_ message: Message) -> Bool {
+    private func write(_ message: ClientEvent) -> Bool {
         switch transport {
         case .serverSentEvents(let body): body.write(count: message.count, flush: false) { message.write(into: &$0) }
         case .webSocket(let socket): socket.sendText(count: message.count, flush: false) { message.write(into: &$0) }
@@ -226,50 +226,5 @@ final class StreamClient: Sendable {
 
     private var isSSE: Bool {
         if case .serverSentEvents = transport { true } else { false }
-    }
-}
-
-/// One event as a client receives it: the shared JSON, the client's own fields, and for SSE the
-/// `id:` (its seq, for `Last-Event-ID`), `event:` and `data:` framing (one line of JSON), written
-/// where it goes without an intermediate copy. A `dropped` notice has no `id:`.
-private struct Message {
-    let head: [UInt8]
-    let open: [UInt8]
-    let sequence: UInt64?
-    let subscription: [UInt8]
-    let sse: Bool
-
-    private static let sequenceKey = Array(#","sequence":"#.utf8)
-
-    var count: Int {
-        var count = head.count + open.count + subscription.count + 1 + (sse ? 2 : 0)
-        if let sequence { count += Self.sequenceKey.count + Self.digits(sequence) }
-        return count
-    }
-
-    func write(into bytes: inout [UInt8]) {
-        bytes += head
-        bytes += open
-        if let sequence {
-            bytes += Self.sequenceKey
-            JSONWriter.appendNumber(sequence, to: &bytes)
-        }
-        bytes += subscription
-        bytes.append(UInt8(ascii: "}"))
-        if sse { bytes += [0x0A, 0x0A] }
-    }
-
-    var bytes: [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(count)
-        write(into: &bytes)
-        return bytes
-    }
-
-    private static func digits(_ n: UInt64) -> Int {
-        var count = 1
-        var rest = n / 10
-        while rest > 0 { count += 1; rest /= 10 }
-        return count
     }
 }
