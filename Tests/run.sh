@@ -53,8 +53,9 @@ if [ -x "$shared/realbluez/start" ]; then
     # 3 of 4 and 2 failed 1 of 3, and in the last clean-clone run all four boots failed (about
     # 2.5 min each). Up to six boots, alternating.
     export RB_STATE_DIR="${RB_STATE_DIR:-/tmp/realbluez}"
-    booted=false
+    booted=false tries=0
     for smp in ${RB_SMP:-2 1 2 1 2 1}; do
+        tries=$((tries + 1))
         if RB_SMP=$smp "$shared/realbluez/start"; then booted=true; break; fi
         echo "the VM did not boot with $smp vCPU(s)"
         "$shared/realbluez/stop" >/dev/null 2>&1 || true
@@ -66,7 +67,7 @@ if [ -x "$shared/realbluez/start" ]; then
     else
         # The lab's own failure (its VM never reached READY), not gattway's: said loudly, in the
         # last line too. A scenario that fails on a booted VM fails the run.
-        not_run+=("real BlueZ: the lab VM did not boot in six tries (btvirt HCI reset timeouts)")
+        not_run+=("real BlueZ: the lab VM did not boot in $tries tries (btvirt HCI reset timeouts)")
         echo "NOT RUN: ${not_run[-1]}" >&2
     fi
     "$shared/realbluez/stop" >/dev/null 2>&1 || true
