@@ -179,16 +179,10 @@ private final class Core: @unchecked Sendable {
         dbus_connection_add_filter(raw, { _, message, data in
             Core.from(data).filter(message!)
         }, context, nil)
-        var thread = pthread_t()
-        let retained = Unmanaged.passRetained(self).toOpaque()
-        let created = pthread_create(&thread, nil, { arg in
-            let core = Unmanaged<Core>.fromOpaque(arg!).takeRetainedValue()
-            core.loopThread.withLock { $0 = pthread_self() }
-            core.run()
-            return nil
-        }, retained)
-        precondition(created == 0, "cannot start the D-Bus thread")
-        pthread_detach(thread)
+        Threads.start(name: "gattway-dbus") { [self] in
+            loopThread.withLock { $0 = pthread_self() }
+            run()
+        }
     }
 
     static func from(_ data: UnsafeMutableRawPointer?) -> Core {
