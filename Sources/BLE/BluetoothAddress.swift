@@ -14,11 +14,10 @@ public struct BluetoothAddress: Sendable, Hashable, Comparable {
         self.init(groups: Substring(string).utf8, separators: [UInt8(ascii: ":"), UInt8(ascii: "-")])
     }
 
-    /// Parses BlueZ's device object path component "dev_AA_BB_CC_DD_EE_FF".
-    public init?(bluezPathComponent: String) {
-        let utf8 = Substring(bluezPathComponent).utf8
-        guard utf8.starts(with: "dev_".utf8) else { return nil }
-        self.init(groups: utf8.dropFirst(4), separators: [UInt8(ascii: "_")])
+    /// Parses six two-digit hex groups separated by `separator` ("AA_BB_CC_DD_EE_FF" with "_").
+    public init?(_ text: Substring, separator: Unicode.Scalar) {
+        guard separator.isASCII else { return nil }
+        self.init(groups: text.utf8, separators: [UInt8(separator.value)])
     }
 
     /// "XX?XX?XX?XX?XX?XX" where every '?' is the same character, one of `separators`.
@@ -41,10 +40,8 @@ public struct BluetoothAddress: Sendable, Hashable, Comparable {
     /// 6 bytes, most significant first.
     public var bytes: [UInt8] { Hex.bigEndianBytes(value, count: 6) }
 
-    /// "dev_AA_BB_CC_DD_EE_FF", the last component of the BlueZ device object path.
-    public var bluezPathComponent: String { "dev_" + joined(by: "_") }
-
-    private func joined(by separator: String) -> String {
+    /// The six uppercase groups joined by `separator` ("AA_BB_CC_DD_EE_FF" with "_").
+    public func joined(by separator: String) -> String {
         bytes.map { Hex.string([$0], uppercase: true) }.joined(separator: separator)
     }
 

@@ -49,7 +49,7 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var state: PeripheralState
     public var paired: Bool
     public var advertisement: AdvertisementData
-    /// The ATT MTU of the connection, while connected (BlueZ's `MTU` property).
+    /// The ATT MTU of the connection, while connected.
     public var mtu: Int?
 
     public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
@@ -86,7 +86,7 @@ public struct ScanStatus: Sendable, Equatable {
     }
 }
 
-/// A BLE central, as `CBCentralManager` is one. The BlueZ backend implements it; the
+/// A BLE central, as `CBCentralManager` is one. A backend (BlueZ's) implements it; the
 /// gateway only sees this.
 public protocol Central: Sendable {
     /// Receives every `CentralEvent`. It runs on the central's own thread and must return
@@ -116,11 +116,19 @@ public protocol Central: Sendable {
 
     /// The resolved GATT tree of a connected peripheral, in handle order.
     func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService]
-    func readValue(_ id: BluetoothAddress, characteristic: UInt16, offset: Int) async throws(BLEError) -> [UInt8]
-    func writeValue(_ id: BluetoothAddress, characteristic: UInt16, _ value: [UInt8], type: WriteType) async throws(BLEError)
-    func readDescriptor(_ id: BluetoothAddress, descriptor: UInt16, offset: Int) async throws(BLEError) -> [UInt8]
-    func writeDescriptor(_ id: BluetoothAddress, descriptor: UInt16, _ value: [UInt8]) async throws(BLEError)
-    /// `setNotifyValue(_:for:)`: returns whether the characteristic now notifies.
+    /// The characteristic `ref` names on a connected peripheral (`invalidHandle` if none,
+    /// `invalidParameters` if a UUID names several).
+    func characteristic(_ id: BluetoothAddress, _ ref: CharacteristicRef) async throws(BLEError) -> GATTCharacteristic
+    /// `readValue(for:)`: the property check, the read, and the attribute it read.
+    func readValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, offset: Int) async throws(BLEError) -> AttributeValue
+    /// `writeValue(_:for:type:)`: the property and length checks (`WritePlan`), then one write, or
+    /// several when `fragment` lets a value longer than one packet go without response.
+    func writeValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, _ value: [UInt8], type: WriteType,
+                    fragment: Bool) async throws(BLEError) -> WriteOutcome
+    func readDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, offset: Int) async throws(BLEError) -> AttributeValue
+    func writeDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, _ value: [UInt8]) async throws(BLEError) -> WriteOutcome
+    /// `setNotifyValue(_:for:)` on a characteristic already resolved (by its handle): returns
+    /// whether it now notifies.
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool
 }
 
@@ -132,7 +140,7 @@ public enum WriteType: Sendable, Hashable {
     case withResponse
     case withoutResponse
 
-    /// `maximumWriteValueLength(for:)`: a write with response may be long (BlueZ does prepared
+    /// `maximumWriteValueLength(for:)`: a write with response may be long (the stack makes prepared
     /// writes up to the 512-byte attribute limit); one without response must fit one packet,
     /// MTU - 3 bytes, and no attribute value exceeds 512 bytes even with a 517-byte MTU.
     public func maximumWriteValueLength(mtu: Int?) -> Int {

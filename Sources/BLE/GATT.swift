@@ -1,5 +1,4 @@
-/// A characteristic's properties, with CoreBluetooth's names (`CBCharacteristicProperties`)
-/// and BlueZ's permission flags kept beside them.
+/// A characteristic's properties, with CoreBluetooth's names (`CBCharacteristicProperties`).
 public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
@@ -23,28 +22,6 @@ public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
     ]
 
     public var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
-
-    /// From BlueZ's `Flags` strings ("read", "write-without-response", ...); permission flags
-    /// such as "encrypt-read" are not properties and are ignored here.
-    public init(bluezFlags: [String]) {
-        var p: Self = []
-        for flag in bluezFlags {
-            switch flag {
-            case "broadcast": p.insert(.broadcast)
-            case "read": p.insert(.read)
-            case "write-without-response": p.insert(.writeWithoutResponse)
-            case "write": p.insert(.write)
-            case "notify": p.insert(.notify)
-            case "indicate": p.insert(.indicate)
-            case "authenticated-signed-writes": p.insert(.authenticatedSignedWrites)
-            case "extended-properties": p.insert(.extendedProperties)
-            case "reliable-write": p.insert(.reliableWrite)
-            case "writable-auxiliaries": p.insert(.writableAuxiliaries)
-            default: break
-            }
-        }
-        self = p
-    }
 }
 
 /// A descriptor of a remote characteristic.
@@ -63,7 +40,7 @@ public struct GATTCharacteristic: Sendable, Hashable {
     public var uuid: BluetoothUUID
     public var serviceHandle: UInt16
     public var properties: CharacteristicProperties
-    /// BlueZ's flags as they are, permissions included ("encrypt-read", ...).
+    /// The stack's own flags as it reports them, permissions included ("encrypt-read", ...).
     public var flags: [String]
     public var isNotifying: Bool
     public var descriptors: [GATTDescriptor]

@@ -2,9 +2,12 @@ import DBus
 import Synchronization
 import Threading
 
-/// A mirror of org.bluez's object tree: path → interface → property → value.
+/// A mirror of org.bluez's object tree: path → interface → property → value. The one place it
+/// is written.
 ///
-/// Signals are applied on the D-Bus thread as they arrive. While `GetManagedObjects` is under
+/// Writers (signals on the D-Bus thread, `load` and `refresh` from tasks) take turns: each
+/// change is applied and handed to the observer before the next writer starts, so the observer
+/// sees changes in the order they were applied. Signals are applied as they arrive. While `GetManagedObjects` is under
 /// way they are held back; when its reply comes, those with a serial above the reply's are
 /// applied on top of it (bluetoothd numbers its signals and replies in the order it sends
 /// them), so no change is lost and none is applied twice. Only signals from the connection
@@ -30,21 +33,33 @@ final class ObjectTree: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Held by a writer from applying its change until the observer has seen it.
+    private let turn = Mutex(())
     private let observerSlot = HandlerSlot<Change>()
+    /// Objects looked at by the scans (`objects(with:)`, `subtree`): what a test counts to show
+    /// that a notification needs none.
+    let visits = Atomic<Int>(0)
 
     init() {}
 
-    /// Sets the one observer of changes; it runs on the D-Bus thread, outside the tree's lock.
+    /// Sets the one observer of changes. It runs on the writer's thread, in order, and may read
+    /// the tree but must not write it (that writer holds the turn).
     func setObserver(_ observer: @escaping @Sendable (Change) -> Void) { observerSlot.set(observer) }
 
-    private func observer(_ change: Change) { observerSlot(change) }
+    /// Applies a change under the tree's lock, then hands it to the observer, in one turn.
+    private func write(_ apply: (inout State) -> [Change]) {
+        turn.withLock { _ in
+            let changes = state.withLock { s -> [Change] in apply(&s) }
+            for change in changes { observerSlot(change) }
+        }
+    }
 
     /// Starts holding signals back until `load` completes.
     func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }
 
     /// Installs a `GetManagedObjects` result whose reply had serial `replySerial` and came from `owner`.
     func load(_ objects: [ObjectPath: Interfaces], replySerial: UInt32, owner: String?) {
-        let changes = state.withLock { s -> [Change] in
+        write { s in
             s.objects = objects
             s.loading = false
             s.owner = owner
@@ -52,51 +67,49 @@ final class ObjectTree: Sendable {
             s.held.removeAll()
             return [.reloaded] + later.compactMap { ObjectTree.apply($0, to: &s.objects) }
         }
-        for change in changes { observer(change) }
     }
 
     /// Ends a load that failed, keeping the objects: the signals held meanwhile apply on top.
     func resume() {
-        let changes = state.withLock { s -> [Change] in
+        write { s in
             s.loading = false
             let held = s.held.filter { $0.sender == s.owner }
             s.held.removeAll()
             return held.compactMap { ObjectTree.apply($0, to: &s.objects) }
         }
-        for change in changes { observer(change) }
     }
 
     /// Empties the tree (org.bluez left the bus).
     func clear() {
-        state.withLock { $0.objects.removeAll(); $0.loading = true; $0.held.removeAll(); $0.owner = nil }
-        observer(.reloaded)
+        write { s in
+            s.objects.removeAll(); s.loading = true; s.held.removeAll(); s.owner = nil
+            return [.reloaded]
+        }
     }
 
     /// Applies an InterfacesAdded, InterfacesRemoved or PropertiesChanged signal.
     func apply(_ signal: Message) {
-        let change = state.withLock { s -> Change? in
+        write { s in
             if s.loading {
                 if s.held.count < 10_000 { s.held.append(signal) }
-                return nil
+                return []
             }
-            guard signal.sender == s.owner else { return nil }
-            return ObjectTree.apply(signal, to: &s.objects)
+            guard signal.sender == s.owner else { return [] }
+            return ObjectTree.apply(signal, to: &s.objects).map { [$0] } ?? []
         }
-        if let change { observer(change) }
     }
 
     /// Merges properties read with `GetAll` (BlueZ does not always signal a change, e.g. the
     /// Connected=true after Connect; FIELD-NOTES).
     func refresh(_ path: ObjectPath, _ interface: String, _ props: [String: Value]) {
-        let change = state.withLock { s -> Change? in
-            guard s.objects[path] != nil else { return nil }
+        write { s in
+            guard s.objects[path] != nil else { return [] }
             let old = s.objects[path]?[interface] ?? [:]
             let changed = props.filter { old[$0.key] != $0.value }
-            guard !changed.isEmpty else { return nil }
+            guard !changed.isEmpty else { return [] }
             s.objects[path]?[interface, default: [:]].merge(changed) { _, new in new }
-            return .properties(path, interface: interface, changed: changed, invalidated: [])
+            return [.properties(path, interface: interface, changed: changed, invalidated: [])]
         }
-        if let change { observer(change) }
     }
 
     func interfaces(at path: ObjectPath) -> Interfaces? { state.withLock { $0.objects[path] } }
@@ -108,10 +121,20 @@ final class ObjectTree: Sendable {
     /// Every object below `root` (inclusive) that has `interface`, with that interface's properties.
     func objects(with interface: String, under root: ObjectPath = .root) -> [(ObjectPath, [String: Value])] {
         state.withLock { s in
-            s.objects.compactMap { path, interfaces in
+            visits.add(s.objects.count, ordering: .relaxed)
+            return s.objects.compactMap { path, interfaces in
                 guard path.isDescendant(of: root), let props = interfaces[interface] else { return nil }
                 return (path, props)
             }.sorted { $0.0 < $1.0 }
+        }
+    }
+
+    /// Every object strictly below `root`, with all its interfaces, in path order.
+    func subtree(under root: ObjectPath) -> [(ObjectPath, Interfaces)] {
+        state.withLock { s in
+            visits.add(s.objects.count, ordering: .relaxed)
+            return s.objects.filter { $0.key != root && $0.key.isDescendant(of: root) }
+                .map { ($0.key, $0.value) }.sorted { $0.0 < $1.0 }
         }
     }
 

@@ -56,26 +56,17 @@ extension Gateway {
                 DescriptorList(descriptors: try await self.characteristic(request).descriptors.map(DescriptorBody.init))
             })
             router.add("GET", characteristic + "/value", handle { request in
-                let c = try await self.characteristic(request)
                 let format = try Self.format(request.query["format"])
-                let value = try await self.central.readValue(try Self.deviceID(request), characteristic: c.handle, offset: try Self.offset(request))
-                return ValueBody(handle: handleText(c.handle), uuid: c.uuid.uuidString, value: format.encode(value),
-                                 format: format.rawValue, length: value.count)
+                let read = try await self.central.readValue(try Self.deviceID(request), try Self.characteristicRef(request),
+                                                            offset: try Self.offset(request))
+                return ValueBody(read, format: format)
             })
             router.add("PUT", characteristic + "/value", handle { request in
-                let id = try Self.deviceID(request)
-                let c = try await self.characteristic(request)
                 let body = try JSON.decode(WriteRequest.self, from: request.body)
                 let value = try Self.format(body.format).decode(body.value)
                 let type: WriteType = (body.withResponse ?? true) ? .withResponse : .withoutResponse
-                let limit = type.maximumWriteValueLength(mtu: try await self.central.peripheral(id).mtu)
-                if value.count > limit && (type == .withResponse || body.fragment == false) {
-                    throw BLEError(att: .invalidAttributeValueLength,
-                                   "the value is \(value.count) bytes; at most \(limit) can be written \(type == .withResponse ? "with response" : "without response in one packet (send \"fragment\": true to split it)")")
-                }
-                try await self.central.writeValue(id, characteristic: c.handle, value, type: type)
-                return WriteResult(handle: handleText(c.handle), uuid: c.uuid.uuidString, written: value.count,
-                                   withResponse: type == .withResponse, writes: type == .withResponse ? 1 : max(1, (value.count + limit - 1) / limit))
+                return WriteResult(try await self.central.writeValue(try Self.deviceID(request), try Self.characteristicRef(request),
+                                                                     value, type: type, fragment: body.fragment ?? true))
             })
             router.add("POST", characteristic + "/notifications", handle { request in
                 try await self.setNotify(true, request)
@@ -84,21 +75,17 @@ extension Gateway {
                 try await self.setNotify(false, request)
             })
             router.add("GET", characteristic + "/descriptors/{desc}/value", handle { request in
-                let c = try await self.characteristic(request)
-                let d = try Self.selector(request, "desc").pick(c.descriptors, kind: "descriptor", handle: \.handle, uuid: \.uuid)
-                return try await self.readDescriptor(request, d)
+                try await self.readDescriptor(request)
             })
             router.add("PUT", characteristic + "/descriptors/{desc}/value", handle { request in
-                let c = try await self.characteristic(request)
-                let d = try Self.selector(request, "desc").pick(c.descriptors, kind: "descriptor", handle: \.handle, uuid: \.uuid)
-                return try await self.writeDescriptor(request, d)
+                try await self.writeDescriptor(request)
             })
         }
         router.add("GET", device + "/descriptors/{desc}/value", handle { request in
-            try await self.readDescriptor(request, try await self.descriptor(request))
+            try await self.readDescriptor(request)
         })
         router.add("PUT", device + "/descriptors/{desc}/value", handle { request in
-            try await self.writeDescriptor(request, try await self.descriptor(request))
+            try await self.writeDescriptor(request)
         })
     }
 
@@ -112,37 +99,25 @@ extension Gateway {
         try Parse.selector(request.pathParameters[name] ?? "")
     }
 
-    /// The characteristic `selector` names among all of a connected device's characteristics.
-    func characteristic(on device: BluetoothAddress, _ selector: AttributeSelector) async throws(BLEError) -> GATTCharacteristic {
-        let all = try await central.services(device).flatMap(\.characteristics)
-        return try selector.pick(all, kind: "characteristic", handle: \.handle, uuid: \.uuid)
-    }
-
     private func service(_ request: Request) async throws(BLEError) -> GATTService {
         let services = try await central.services(try Self.deviceID(request))
         return try Self.selector(request, "service").pick(services, kind: "service", handle: \.handle, uuid: \.uuid)
     }
 
     /// The characteristic `{char}` names: within `{service}` when the route has one, else on the whole device.
+    static func characteristicRef(_ request: Request) throws(BLEError) -> CharacteristicRef {
+        let service = try request.pathParameters["service"].map { text throws(BLEError) in try Parse.selector(text) }
+        return CharacteristicRef(service: service, try selector(request, "char"))
+    }
+
+    /// The descriptor `{desc}` names: within `{char}` when the route has one, else on the whole device.
+    static func descriptorRef(_ request: Request) throws(BLEError) -> DescriptorRef {
+        let characteristic = request.pathParameters["char"] == nil ? nil : try characteristicRef(request)
+        return DescriptorRef(characteristic: characteristic, try selector(request, "desc"))
+    }
+
     private func characteristic(_ request: Request) async throws(BLEError) -> GATTCharacteristic {
-        let selector = try Self.selector(request, "char")
-        guard request.pathParameters["service"] != nil else {
-            return try await characteristic(on: try Self.deviceID(request), selector)
-        }
-        return try selector.pick(try await service(request).characteristics, kind: "characteristic", handle: \.handle, uuid: \.uuid)
-    }
-
-    /// Notifications can be held only on a characteristic that notifies or indicates; answered
-    /// before any hold is taken or given back.
-    static func requireNotifiable(_ c: GATTCharacteristic) throws(BLEError) {
-        guard !c.properties.isDisjoint(with: [.notify, .indicate]) else {
-            throw BLEError(att: .requestNotSupported, "characteristic \(handleText(c.handle)) neither notifies nor indicates")
-        }
-    }
-
-    private func descriptor(_ request: Request) async throws(BLEError) -> GATTDescriptor {
-        let all = try await central.services(try Self.deviceID(request)).flatMap(\.characteristics).flatMap(\.descriptors)
-        return try Self.selector(request, "desc").pick(all, kind: "descriptor", handle: \.handle, uuid: \.uuid)
+        try await central.characteristic(try Self.deviceID(request), try Self.characteristicRef(request))
     }
 
     /// `?uuids=180d,180f` (or the key repeated): nil when absent.
@@ -173,30 +148,30 @@ extension Gateway {
     // MARK: - Operations
 
     /// The REST API is one more holder of the characteristic's notifications, beside the
-    /// stream clients; BlueZ's subscription lasts while anyone holds it.
+    /// stream clients; BlueZ's subscription lasts while anyone holds it. Refused before any hold
+    /// is taken or given back when the characteristic cannot notify.
     private func setNotify(_ enabled: Bool, _ request: Request) async throws -> NotifyState {
         let id = try Self.deviceID(request)
         let c = try await characteristic(request)
-        try Self.requireNotifiable(c)
+        try c.requireNotifiable()
         let key = NotificationHolds.Key(device: id, characteristic: c.handle)
         if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
         return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)
     }
 
-    private func readDescriptor(_ request: Request, _ d: GATTDescriptor) async throws -> ValueBody {
+    private func readDescriptor(_ request: Request) async throws -> ValueBody {
         let format = try Self.format(request.query["format"])
-        let value = try await central.readDescriptor(try Self.deviceID(request), descriptor: d.handle, offset: try Self.offset(request))
-        return ValueBody(handle: handleText(d.handle), uuid: d.uuid.uuidString, value: format.encode(value), format: format.rawValue, length: value.count)
+        let read = try await central.readDescriptor(try Self.deviceID(request), try Self.descriptorRef(request), offset: try Self.offset(request))
+        return ValueBody(read, format: format)
     }
 
-    private func writeDescriptor(_ request: Request, _ d: GATTDescriptor) async throws -> WriteResult {
+    private func writeDescriptor(_ request: Request) async throws -> WriteResult {
         let body = try JSON.decode(WriteRequest.self, from: request.body)
         guard body.withResponse != false, body.fragment == nil else {
             throw BLEError(.invalidParameters, "descriptors are always written with response; withResponse and fragment do not apply")
         }
         let value = try Self.format(body.format).decode(body.value)
-        try await central.writeDescriptor(try Self.deviceID(request), descriptor: d.handle, value)
-        return WriteResult(handle: handleText(d.handle), uuid: d.uuid.uuidString, written: value.count, withResponse: true, writes: 1)
+        return WriteResult(try await central.writeDescriptor(try Self.deviceID(request), try Self.descriptorRef(request), value))
     }
 }
 

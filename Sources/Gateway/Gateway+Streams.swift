@@ -87,8 +87,8 @@ extension Gateway {
         guard let device = selection.device, let selector = selection.characteristic, selection.types.contains(.notification) else {
             return nil
         }
-        let c = try await characteristic(on: device, selector)
-        try Self.requireNotifiable(c)
+        let c = try await central.characteristic(device, CharacteristicRef(selector))
+        try c.requireNotifiable()
         return NotificationHolds.Key(device: device, characteristic: c.handle)
     }
 

@@ -314,6 +314,14 @@ struct ValueBody: Encodable {
     var value: String
     var format: String
     var length: Int
+
+    init(_ read: AttributeValue, format: ValueFormat) {
+        handle = handleText(read.handle)
+        uuid = read.uuid.uuidString
+        value = format.encode(read.value)
+        self.format = format.rawValue
+        length = read.value.count
+    }
 }
 
 struct WriteRequest: Codable, KnownKeys {
@@ -333,6 +341,14 @@ struct WriteResult: Encodable {
     var withResponse: Bool
     /// How many ATT writes carried the value (more than one when fragmented without response).
     var writes: Int
+
+    init(_ outcome: WriteOutcome) {
+        handle = handleText(outcome.handle)
+        uuid = outcome.uuid.uuidString
+        written = outcome.written
+        withResponse = outcome.type == .withResponse
+        writes = outcome.writes
+    }
 }
 
 struct NotifyState: Encodable {

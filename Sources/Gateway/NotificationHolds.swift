@@ -1,5 +1,6 @@
 import BLE
 import Synchronization
+import Threading
 
 /// One BlueZ notification subscription serves every client: each client (a stream
 /// subscription, or the REST `POST .../notifications`) holds the characteristic; the first
@@ -16,8 +17,10 @@ final class NotificationHolds: Sendable {
     private let restHolds = Mutex<Set<Key>>([])
     /// Per characteristic, acquire and release run one after another, so that two first holds
     /// cannot both start notifications and a release cannot overtake the acquire it undoes.
-    /// Other characteristics (and devices) do not wait for them.
-    private let tails = Mutex<[Key: Task<Void, Never>]>([:])
+    /// Other characteristics (and devices) do not wait for them. The line is as long as the
+    /// clients that hold at once (the stream limit bounds it) and each turn but the first is a
+    /// counter change, so nobody is refused for waiting.
+    private let turns = SerialQueues<Key>(maxWaiting: .max, maxWait: nil)
 
     init(central: Central) { self.central = central }
 
@@ -74,16 +77,12 @@ final class NotificationHolds: Sendable {
         if left == 0 { _ = try? await central.setNotifyValue(false, key.device, characteristic: key.characteristic) }
     }
 
+    /// `work` in the key's turn. A release must happen even when the task that asks for it is
+    /// cancelled (a stream that closed), so the turn is taken by a task of its own.
     private func serially<T: Sendable>(_ key: Key, _ work: @escaping @Sendable () async -> T) async -> T {
-        let task = tails.withLock { tails -> Task<T, Never> in
-            let previous = tails[key]
-            let task = Task {
-                await previous?.value
-                return await work()
-            }
-            tails[key] = Task { _ = await task.value }
-            return task
-        }
-        return await task.value
+        await Task {
+            // Not refused: no bound on waiting, and this task is never cancelled.
+            await turns.run(key, work)!
+        }.value
     }
 }

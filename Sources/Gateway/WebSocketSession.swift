@@ -91,29 +91,29 @@ final class WebSocketSession: Sendable {
             if let hold = state.withLock({ $0.holds.removeValue(forKey: name) }) { await gateway.holds.release(hold) }
             return Reply(op: "ack", id: command.id, subscription: name)
         case "read":
-            let (device, c) = try await target(command)
+            let (device, ref) = try target(command)
             let format = try Gateway.format(command.format)
-            let value = try await gateway.central.readValue(device, characteristic: c.handle, offset: command.offset ?? 0)
-            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(c.handle),
-                         value: format.encode(value), format: format.rawValue, length: value.count)
+            let read = try await gateway.central.readValue(device, ref, offset: command.offset ?? 0)
+            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(read.handle),
+                         value: format.encode(read.value), format: format.rawValue, length: read.value.count)
         case "write":
-            let (device, c) = try await target(command)
+            let (device, ref) = try target(command)
             guard let text = command.value else { throw BLEError(.invalidParameters, "write needs a value") }
             let value = try Gateway.format(command.format).decode(text)
-            try await gateway.central.writeValue(device, characteristic: c.handle, value,
-                                                 type: command.withResponse == false ? .withoutResponse : .withResponse)
-            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(c.handle), written: value.count)
+            let outcome = try await gateway.central.writeValue(device, ref, value, type: command.withResponse == false ? .withoutResponse : .withResponse,
+                                                               fragment: true)
+            return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(outcome.handle),
+                         written: outcome.written)
         default:
             throw BLEError(.invalidParameters, "unknown op \"\(command.op)\"; ops are subscribe, unsubscribe, read, write")
         }
     }
 
-    private func target(_ command: Command) async throws(BLEError) -> (BluetoothAddress, GATTCharacteristic) {
+    private func target(_ command: Command) throws(BLEError) -> (BluetoothAddress, CharacteristicRef) {
         guard let deviceText = command.device, let charText = command.characteristic else {
             throw BLEError(.invalidParameters, "\(command.op) needs a device and a characteristic")
         }
-        let device = try Parse.address(deviceText)
-        return (device, try await gateway.characteristic(on: device, try Parse.selector(charText)))
+        return (try Parse.address(deviceText), CharacteristicRef(try Parse.selector(charText)))
     }
 
     /// Releases every hold of the socket (it closed, cleanly or not).

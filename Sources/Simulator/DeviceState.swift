@@ -71,7 +71,7 @@ struct DeviceState: Sendable {
 
     init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath) {
         self.config = config
-        path = adapterPath.child(config.address.bluezPathComponent)!
+        path = adapterPath.child("dev_" + config.address.joined(by: "_"))!
         table = AttributeTable(config, path: path)
         faults = config.faults
         connectFailuresLeft = config.faults.connectError?.count

@@ -25,23 +25,12 @@ import Testing
         #expect(BluetoothAddress(input) == nil)
     }
 
-    @Test(arguments: [
-        ("dev_AA_BB_CC_DD_EE_FF", "AA:BB:CC:DD:EE:FF"),
-        ("dev_01_23_45_67_89_ab", "01:23:45:67:89:AB"),
-    ])
-    func parsesBlueZPathComponent(component: String, description: String) throws {
-        let address = try #require(BluetoothAddress(bluezPathComponent: component))
-        #expect(address.description == description)
-        #expect(address.bluezPathComponent == "dev_" + description.replacing(":", with: "_"))
-    }
-
-    @Test(arguments: [
-        "", "dev_", "AA_BB_CC_DD_EE_FF", "dev_AA:BB:CC:DD:EE:FF", "dev_AA-BB-CC-DD-EE-FF",
-        "dev_AA_BB_CC_DD_EE", "dev_AA_BB_CC_DD_EE_FF_00", "Dev_AA_BB_CC_DD_EE_FF",
-        "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF", "dev_AA_BB_CC_DD_EE_FF/service000a", "hci0",
-    ])
-    func rejectsOtherPathComponents(component: String) {
-        #expect(BluetoothAddress(bluezPathComponent: component) == nil)
+    @Test func otherSeparators() throws {
+        let address = try #require(BluetoothAddress("01_23_45_67_89_ab"[...], separator: "_"))
+        #expect(address.description == "01:23:45:67:89:AB")
+        #expect(address.joined(by: "_") == "01_23_45_67_89_AB")
+        #expect(BluetoothAddress("01:23:45:67:89:ab"[...], separator: "_") == nil)
+        #expect(BluetoothAddress("01_23_45_67_89_ab"[...], separator: "é") == nil)
     }
 
     @Test func bytesAreMostSignificantFirst() throws {

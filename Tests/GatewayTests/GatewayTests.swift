@@ -61,14 +61,31 @@ final class FakeCentral: Central {
         _ = try await peripheral(id)
         return tree
     }
-    func readValue(_ id: BluetoothAddress, characteristic: UInt16, offset: Int) async throws(BLEError) -> [UInt8] {
-        Array("hi \(characteristic)".utf8)
+    // What a backend does with a reference, with the BLE model's own resolution and checks.
+    func characteristic(_ id: BluetoothAddress, _ ref: CharacteristicRef) async throws(BLEError) -> GATTCharacteristic {
+        try ref.pick(in: try await services(id))
     }
-    func writeValue(_ id: BluetoothAddress, characteristic: UInt16, _ value: [UInt8], type: WriteType) async throws(BLEError) {
-        writes.withLock { $0.append((characteristic, value, type)) }
+    func readValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, offset: Int) async throws(BLEError) -> AttributeValue {
+        let c = try await characteristic(id, ref)
+        try c.requireReadable()
+        return AttributeValue(handle: c.handle, uuid: c.uuid, value: Array("hi \(c.handle)".utf8))
     }
-    func readDescriptor(_ id: BluetoothAddress, descriptor: UInt16, offset: Int) async throws(BLEError) -> [UInt8] { [1, 0] }
-    func writeDescriptor(_ id: BluetoothAddress, descriptor: UInt16, _ value: [UInt8]) async throws(BLEError) {}
+    func writeValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, _ value: [UInt8], type: WriteType,
+                    fragment: Bool) async throws(BLEError) -> WriteOutcome {
+        let c = try await characteristic(id, ref)
+        try c.requireWritable(type)
+        let plan = try WritePlan(length: value.count, type: type, mtu: try await peripheral(id).mtu, fragment: fragment)
+        writes.withLock { $0.append((c.handle, value, type)) }
+        return WriteOutcome(handle: c.handle, uuid: c.uuid, type: type, written: value.count, writes: plan.writes)
+    }
+    func readDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, offset: Int) async throws(BLEError) -> AttributeValue {
+        let d = try ref.pick(in: try await services(id))
+        return AttributeValue(handle: d.handle, uuid: d.uuid, value: [1, 0])
+    }
+    func writeDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, _ value: [UInt8]) async throws(BLEError) -> WriteOutcome {
+        let d = try ref.pick(in: try await services(id))
+        return WriteOutcome(handle: d.handle, uuid: d.uuid, type: .withResponse, written: value.count, writes: 1)
+    }
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool { enabled }
 }
 

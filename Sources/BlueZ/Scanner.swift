@@ -1,0 +1,240 @@
+import BLE
+import DBus
+import FoundationEssentials
+import Synchronization
+import Threading
+
+/// Discovery: the scan and its filters (pushed down to BlueZ where it can take them, the rest
+/// applied here), the devices it found, and the device list that `GET /v1/devices` shows.
+final class Scanner: Sendable {
+    private let link: BusLink
+    private let events: HandlerSlot<CentralEvent>
+    private let log: @Sendable (String) -> Void
+    /// Devices being connected or disconnected right now (the connector says which).
+    private let moving = Mutex<[BluetoothAddress: PeripheralState]>([:])
+    private let scan = Mutex(ScanState())
+    /// Starting and stopping take several BlueZ calls each; one runs at a time, so that a stop
+    /// cannot interleave with a start.
+    private let calls = SerialQueues<Int>(maxWaiting: 64, maxWait: .seconds(60))
+    /// Bumped by every change that can change `peripherals()`.
+    private let listVersion = Atomic<UInt64>(0)
+
+    private struct ScanState {
+        var scanning = false
+        var options: ScanOptions?
+        var startedAt: Date?
+        var stopsAt: Date?
+        /// Devices that matched since the scan started, with when they were last seen.
+        var seen: [BluetoothAddress: Date] = [:]
+        /// Bumped by every start and stop, so that an old timeout cannot stop a newer scan.
+        var generation = 0
+
+        var status: ScanStatus {
+            ScanStatus(scanning: scanning, options: options, startedAt: startedAt, stopsAt: stopsAt, discovered: seen.count)
+        }
+
+        mutating func end() {
+            scanning = false
+            stopsAt = nil
+            generation += 1
+        }
+    }
+
+    init(link: BusLink, events: HandlerSlot<CentralEvent>, log: @escaping @Sendable (String) -> Void) {
+        self.link = link
+        self.events = events
+        self.log = log
+    }
+
+    private var tree: ObjectTree { link.tree }
+    private var index: GATTIndex { link.index }
+
+    // MARK: - The scan
+
+    func start(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> ScanStatus in try await self.startNow(options) }
+    }
+
+    func stop() async throws(BLEError) -> ScanStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> ScanStatus in try await self.stopNow() }
+    }
+
+    func status() -> ScanStatus { scan.withLock { $0.status } }
+
+    private static func refusal(_ refusal: SerialQueues<Int>.Refusal) -> BLEError {
+        BLEError(refusal: refusal, waitingFor: "the adapter's scan calls")
+    }
+
+    private func startNow(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try options.validate()
+        guard options.active else {
+            throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
+        }
+        let adapter = try link.usableAdapter()
+        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
+        if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
+        if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
+
+        // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
+        // side believes; InProgress means this connection still discovers.
+        do {
+            try await adapterCall(adapter, "StartDiscovery")
+        } catch where error.detail?.contains("InProgress") == true {
+        }
+        let now = Date()
+        let (status, generation) = scan.withLock { s -> (ScanStatus, Int) in
+            s.generation += 1
+            s.scanning = true
+            s.options = options
+            s.startedAt = now
+            s.stopsAt = options.timeout.map { now.addingTimeInterval($0) }
+            s.seen.removeAll()
+            return (s.status, s.generation)
+        }
+        listChanged()
+        log("scan started: \(Self.describe(options))")
+        if let timeout = options.timeout {
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(Int(timeout * 1000)))
+                guard let self, self.scan.withLock({ $0.scanning && $0.generation == generation }) else { return }
+                _ = try? await self.stop()
+            }
+        }
+        return status
+    }
+
+    private func stopNow() async throws(BLEError) -> ScanStatus {
+        let wasScanning = scan.withLock { s -> Bool in
+            defer { s.end() }
+            return s.scanning
+        }
+        if wasScanning, let adapter = index.adapterPath() {
+            do {
+                try await adapterCall(adapter, "StopDiscovery")
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
+            } catch {
+                // "No discovery started" or a powered-off adapter: the scan is over either way.
+                log("stopping discovery: \(error)")
+            }
+            log("scan stopped")
+        }
+        return scan.withLock { $0.status }
+    }
+
+    /// org.bluez left the bus: its discovery is gone with it.
+    func busGone() { scan.withLock { $0.end() } }
+
+    private func adapterCall(_ adapter: ObjectPath, _ member: String, _ body: [Value] = []) async throws(BLEError) {
+        do {
+            _ = try await link.connection.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                                           member: member, body), timeout: BusLink.callDeadline)
+        } catch {
+            throw ErrorMapping.map(error, context: .adapter)
+        }
+    }
+
+    static func describe(_ options: ScanOptions) -> String {
+        var parts: [String] = []
+        if !options.services.isEmpty { parts.append("services=" + options.services.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",")) }
+        if let name = options.name { parts.append("name=\(name)") }
+        if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
+        if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        if let timeout = options.timeout { parts.append("timeout=\(timeout)s") }
+        return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
+    }
+
+    // MARK: - What the tree says
+
+    /// Called by the tree's observer: a device that advertised (or changed) during a scan joins
+    /// its results if it matches; a powered-off adapter ends the scan.
+    func observe(_ change: ObjectTree.Change) {
+        switch change {
+        case .properties(_, let interface, let changed, let invalidated):
+            let onlyAValue = interface == BlueZ.gattCharacteristicInterface && invalidated.isEmpty
+                && changed.keys.allSatisfy { $0 == "Value" }
+            if !onlyAValue { listChanged() }
+        case .reloaded, .added, .removed:
+            listChanged()
+        }
+        let path: ObjectPath
+        switch change {
+        case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
+            if changed["Powered"]?.bool == false, p == index.adapterPath() { scan.withLock { $0.end() } }
+            return
+        case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil: path = p
+        case .properties(let p, let interface, _, _) where interface == BlueZ.deviceInterface: path = p
+        default: return
+        }
+        guard let adapter = index.adapterPath(), path.parent == adapter,
+              let props = tree.properties(at: path, BlueZ.deviceInterface),
+              let address = DeviceProperties.address(props) else { return }
+        let now = Date()
+        let report = scan.withLock { s -> Bool in
+            guard s.scanning, let options = s.options else { return false }
+            let known = s.seen[address] != nil
+            if known || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
+                                        advertisement: DeviceProperties.advertisement(props)) {
+                s.seen[address] = now
+                return !known || options.allowDuplicates
+            }
+            return false
+        }
+        listChanged()  // `seen` moved on
+        if report, let info = DeviceProperties.peripheral(props, lastSeen: now) { events(.advertisement(info)) }
+    }
+
+    // MARK: - The device list
+
+    var version: UInt64 { listVersion.load(ordering: .acquiring) }
+
+    private func listChanged() { listVersion.add(1, ordering: .releasing) }
+
+    /// A device began (or, with nil, ended) connecting or disconnecting.
+    func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) {
+        moving.withLock { $0[id] = state }
+        listChanged()
+    }
+
+    /// Devices that matched the current (or last) scan, connected ones and those in transition.
+    func peripherals() -> [PeripheralInfo] {
+        guard let adapter = index.adapterPath() else { return [] }
+        let seen = scan.withLock { $0.seen }
+        let moving = self.moving.withLock { $0 }
+        return tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
+            guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
+            guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil else { return nil }
+            return info(path, props, lastSeen: seen[address], transition: moving[address])
+        }.sorted { $0.id < $1.id }
+    }
+
+    func peripheral(_ id: BluetoothAddress) throws(BLEError) -> PeripheralInfo {
+        let path = try index.devicePath(id)
+        guard let props = tree.properties(at: path, BlueZ.deviceInterface),
+              let info = info(path, props, lastSeen: scan.withLock({ $0.seen[id] }), transition: moving.withLock({ $0[id] })) else {
+            throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+        }
+        return info
+    }
+
+    private func info(_ path: ObjectPath, _ props: [String: Value], lastSeen: Date?, transition: PeripheralState?) -> PeripheralInfo? {
+        guard var info = DeviceProperties.peripheral(props, lastSeen: lastSeen) else { return nil }
+        if let transition { info.state = transition }
+        if info.state == .connected { info.mtu = index.mtu(path) }
+        return info
+    }
+}
+
+extension BLEError {
+    /// A queue that would not take an operation: busy (503, retry later) or cancelled.
+    init(refusal: SerialQueues<some Hashable & Sendable>.Refusal, waitingFor what: String) {
+        switch refusal {
+        case .full(let waiting):
+            self.init(.outOfSpace, "\(waiting) operations are already waiting for \(what); retry later")
+        case .timedOut(let waited):
+            self.init(.outOfSpace, "waited \(waited) for \(what) without getting a turn; retry later")
+        case .cancelled:
+            self.init(.operationCancelled, "cancelled while waiting for \(what)")
+        }
+    }
+}
