@@ -178,6 +178,8 @@ extension Reply {
         ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "dataPrefix": "zz"}]}"#, 400, "dataPrefix"),
         ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "mask": "ff"}]}"#, 400, "mask"),
         ("POST", "/v1/scan", #"{"serviceData": [{"service": "feaa", "extra": 1}]}"#, 400, "serviceData[0].extra"),
+        ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76}, {"companyIdentifier": 76, "typo": 1}]}"#, 400,
+         #"unknown field "manufacturerData[1].typo"; known fields: companyIdentifier, dataPrefix, mask"#),
         ("GET", "/v1/devices/not-an-address", "", 400, "not a device id"),
         ("GET", "/v1/devices/AA:BB:CC:DD:EE:FF", "", 404, "no device"),
     ])
@@ -292,5 +294,60 @@ extension Reply {
         let missing = try await call(router, "GET", dev + "/characteristics/0x0099/value")
         #expect(missing.status == 404)
         #expect(missing.error?["name"] as? String == "invalidHandle")
+    }
+}
+
+/// Request bodies accept exactly the cases of their `CodingKeys`, nested objects included.
+@Suite struct StrictDecodingTests {
+    struct Probe: StrictDecodable {
+        var count: Int?
+        var label: String?
+        var item: Item?
+        var items: [Item]?
+        enum CodingKeys: String, CodingKey, CaseIterable { case count, label, item, items }
+        static var nested: [CodingKeys: any StrictDecodable.Type] { [.item: Item.self, .items: Item.self] }
+
+        struct Item: StrictDecodable {
+            var x: Int
+            enum CodingKeys: String, CodingKey, CaseIterable { case x }
+        }
+    }
+
+    /// The message `JSON.decode` refuses `body` with, or nil when it decodes.
+    func refusal<T: StrictDecodable>(_ type: T.Type, _ body: String) -> String? {
+        do {
+            _ = try JSON.decode(type, from: Array(body.utf8))
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test func everyCodingKeyIsAccepted() throws {
+        let probe = try JSON.decode(Probe.self, from: Array(#"{"count": 1, "label": "a", "item": {"x": 2}, "items": [{"x": 3}, {"x": 4}]}"#.utf8))
+        #expect(probe.count == 1 && probe.label == "a" && probe.item?.x == 2 && probe.items?.map(\.x) == [3, 4])
+        #expect(refusal(Probe.self, "") == nil)
+    }
+
+    @Test func unknownFieldsAreRefusedAtEveryDepth() {
+        #expect(refusal(Probe.self, #"{"cuont": 1}"#) == #"unknown field "cuont"; known fields: count, item, items, label"#)
+        #expect(refusal(Probe.self, #"{"item": {"x": 1, "y": 2}}"#) == #"unknown field "item.y"; known fields: x"#)
+        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, {"x": 2, "typo": 3}]}"#) == #"unknown field "items[1].typo"; known fields: x"#)
+        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, 2]}"#) == "items[1]. must be a JSON object")
+        #expect(refusal(Probe.self, "[]") == "the body must be a JSON object")
+    }
+
+    /// The fields each request body documents in openapi.yaml, as the refusal of an unknown one lists them.
+    @Test func requestBodiesListTheirFields() {
+        func known<T: StrictDecodable>(_ type: T.Type) -> String? {
+            refusal(type, #"{"nope": 0}"#)?.split(separator: "known fields: ").last.map(String.init)
+        }
+        #expect(known(ScanRequest.self) == "active, allowDuplicates, manufacturerData, name, namePrefix, rssi, serviceData, services, timeout")
+        #expect(known(ManufacturerDataFilterBody.self) == "companyIdentifier, dataPrefix, mask")
+        #expect(known(ServiceDataFilterBody.self) == "dataPrefix, mask, service")
+        #expect(known(ConnectRequest.self) == "timeout")
+        #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
+        #expect(known(WebSocketSession.Command.self)
+                == "characteristic, device, format, id, offset, op, subscription, types, value, withResponse")
     }
 }
