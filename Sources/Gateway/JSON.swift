@@ -1,16 +1,42 @@
 import BLE
 import FoundationEssentials
+import HTTPServer
 
-/// JSON in and out: pretty, sorted output for curl users; strict input (unknown keys are
-/// refused, so a typo such as "service" for "services" is an error, not a silent no-op).
+/// JSON in and out: compact, sorted output (indented on request, for people); strict input
+/// (unknown keys are refused, so a typo such as "service" for "services" is an error, not a
+/// silent no-op).
 enum JSON {
-    static func encode<T: Encodable>(_ value: T) -> [UInt8] {
-        encode(value, formatting: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]) + [UInt8(ascii: "\n")]
+    /// How a REST body is laid out.
+    enum Layout {
+        /// One line, keys sorted: what programs read, and what `GET /v1/devices` keeps.
+        case compact
+        /// Indented, keys sorted: `?pretty` (`?pretty=1`, `?pretty=true`; `0` and `false` mean compact).
+        case pretty
+
+        init(_ request: Request) {
+            guard let value = request.query["pretty"] else {
+                self = .compact
+                return
+            }
+            self = value == "0" || value.lowercased() == "false" ? .compact : .pretty
+        }
+
+        fileprivate var formatting: JSONEncoder.OutputFormatting {
+            switch self {
+            case .compact: [.sortedKeys, .withoutEscapingSlashes]
+            case .pretty: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            }
+        }
     }
 
-    /// One line, for stream events.
+    /// A REST body, ending with a newline (so that curl's output ends its line).
+    static func encode<T: Encodable>(_ value: T, _ layout: Layout = .compact) -> [UInt8] {
+        encode(value, formatting: layout.formatting) + [UInt8(ascii: "\n")]
+    }
+
+    /// One line without the newline, for stream events (their framing ends them).
     static func encodeCompact<T: Encodable>(_ value: T) -> [UInt8] {
-        encode(value, formatting: [.sortedKeys, .withoutEscapingSlashes])
+        encode(value, formatting: Layout.compact.formatting)
     }
 
     private static func encode<T: Encodable>(_ value: T, formatting: JSONEncoder.OutputFormatting) -> [UInt8] {

@@ -31,6 +31,8 @@ final class FakeCentral: Central {
     func stopScan() async throws(BLEError) -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func scanStatus() async -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func peripherals() async -> [PeripheralInfo] { [device] }
+    /// The list never changes, so the gateway may keep its encoding for good.
+    var peripheralsVersion: UInt64? { 1 }
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
         guard id == device.id else { throw BLEError(.unknownDevice, "no device \(id)") }
         var connected = device
@@ -349,5 +351,56 @@ extension Reply {
         #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
         #expect(known(WebSocketSession.Command.self)
                 == "characteristic, device, format, id, offset, op, subscription, types, value, withResponse")
+    }
+}
+
+/// REST bodies are one line with sorted keys; `?pretty` indents them for people.
+@Suite struct ResponseLayoutTests {
+    let central = FakeCentral()
+    var router: Router { Gateway(central: central, version: "test").router() }
+    let dev = "/v1/devices/F0:00:00:00:00:01"
+
+    func text(_ path: String, _ method: String = "GET") async throws -> String {
+        String(decoding: try await call(router, method, path).response.body, as: UTF8.self)
+    }
+
+    @Test func compactByDefault() async throws {
+        #expect(try await text("/v1/state") == #"{"adapter":"hci0","code":5,"state":"poweredOn"}"# + "\n")
+        let tree = try await text(dev + "/gatt")
+        #expect(tree.hasSuffix("}\n") && !tree.dropLast().contains("\n"), "\(tree)")
+        #expect(tree.contains(#""uuid":"0000180a-0000-1000-8000-00805f9b34fb""#), "slashes and keys as sent, no spaces")
+    }
+
+    @Test func emptyArraysAreBrackets() async throws {
+        #expect(try await text(dev + "/services?uuids=abcd") == #"{"services":[]}"# + "\n")
+        #expect(try await text(dev + "/characteristics/0x0012/descriptors") == #"{"descriptors":[]}"# + "\n")
+    }
+
+    @Test("?pretty indents", arguments: ["pretty", "pretty=1", "pretty=true", "pretty=yes"])
+    func prettyIndents(query: String) async throws {
+        let state = try await text("/v1/state?" + query)
+        #expect(state.hasPrefix("{\n  \"adapter\" : \"hci0\",\n") && state.hasSuffix("\n}\n"), "\(state)")
+        // Errors too, where the request is at hand: a handler's, and the event stream's.
+        #expect(try await text("/v1/devices/nope?" + query).hasPrefix("{\n  \"error\" : {\n"))
+        #expect(try await text("/v1/events?types=bogus&" + query).hasPrefix("{\n  \"error\" : {\n"))
+    }
+
+    @Test("?pretty=0 and ?pretty=false are compact", arguments: ["pretty=0", "pretty=false", "pretty=FALSE"])
+    func prettyOff(query: String) async throws {
+        #expect(try await text("/v1/state?" + query) == #"{"adapter":"hci0","code":5,"state":"poweredOn"}"# + "\n")
+    }
+
+    /// The device list is kept encoded compact; `?pretty` neither uses nor replaces that copy.
+    @Test func prettyDeviceListIsNotKept() async throws {
+        let router = self.router
+        func devices(_ query: String) async throws -> String {
+            String(decoding: try await call(router, "GET", "/v1/devices" + query).response.body, as: UTF8.self)
+        }
+        let compact = try await devices("")
+        #expect(!compact.dropLast().contains("\n"))
+        let pretty = try await devices("?pretty")
+        #expect(pretty.hasPrefix("{\n  \"devices\" : [\n"), "\(pretty)")
+        #expect(try await devices("") == compact)
+        #expect(try await devices("?pretty") == pretty)
     }
 }
