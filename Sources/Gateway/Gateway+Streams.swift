@@ -9,7 +9,7 @@ extension Gateway {
         router.add("GET", "/v1/ws", { request in
             // The place is taken at once and handed to the session; an upgrade that never
             // happens (the client left first) gives it back when the response is dropped.
-            guard self.streams.acquire() else { return self.streams.refusal }
+            guard self.streams.acquire() else { return self.streams.refusal(JSON.Layout(request)) }
             let place = StreamPlace(self.streams)
             return Response.webSocket(request, maxMessageBytes: 64 * 1024) { socket in
                 await self.webSocketSession(socket)
@@ -21,7 +21,8 @@ extension Gateway {
     // MARK: - Server-Sent Events
 
     private func serverSentEvents(_ request: Request) async -> Response {
-        guard streams.acquire() else { return streams.refusal }
+        let layout = JSON.Layout(request)
+        guard streams.acquire() else { return streams.refusal(layout) }
         let place = StreamPlace(streams)
         let selection: Selection
         let hold: NotificationHolds.Key?
@@ -33,7 +34,7 @@ extension Gateway {
             if let hold { try await holds.acquire(hold) }
         } catch {
             place.release()
-            return .error(error)
+            return .error(error, layout: layout)
         }
         let body = StreamBody(capacityBytes: 64 * 1024)
         let client = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(body))

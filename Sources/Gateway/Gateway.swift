@@ -8,7 +8,7 @@ public final class Gateway: Sendable {
     let hub: EventHub
     let holds: NotificationHolds
     let streams: StreamLimit
-    /// `GET /v1/devices`, encoded, while the device list stays the same.
+    /// `GET /v1/devices`, encoded compact, while the device list stays the same.
     private let deviceList = EncodedCache()
 
     /// - Parameters:
@@ -37,10 +37,12 @@ public final class Gateway: Sendable {
             return ScanStatusBody(try await self.central.startScan(try body.options()))
         })
         router.add("DELETE", "/v1/scan", handle { _ in ScanStatusBody(try await self.central.stopScan()) })
-        router.add("GET", "/v1/devices", { _ in
+        router.add("GET", "/v1/devices", { request in
             // The version is read before the list, so a kept answer is never older than it says.
-            .json(200, await self.deviceList.body(version: self.central.peripheralsVersion) {
-                JSON.encode(DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)))
+            // Only the compact form is kept: `?pretty` is for people, and encoded each time.
+            let layout = JSON.Layout(request)
+            return .json(200, await self.deviceList.body(version: layout == .compact ? self.central.peripheralsVersion : nil) {
+                JSON.encode(DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)), layout)
             })
         })
         router.add("GET", "/v1/devices/{id}", handle { request in
@@ -51,15 +53,17 @@ public final class Gateway: Sendable {
         return router
     }
 
-    /// A route handler that answers 200 with `T` as JSON, or the error in the documented shape.
+    /// A route handler that answers 200 with `T` as JSON, or the error in the documented shape,
+    /// laid out as the request asks (`?pretty`).
     func handle<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
         return { request in
+            let layout = JSON.Layout(request)
             do {
-                return .json(200, JSON.encode(try await body(request)))
+                return .json(200, JSON.encode(try await body(request), layout))
             } catch let error as BLEError {
-                return .error(error)
+                return .error(error, layout: layout)
             } catch {
-                return .error(BLEError(.unknown, "internal error: \(error)"), status: 500)
+                return .error(BLEError(.unknown, "internal error: \(error)"), status: 500, layout: layout)
             }
         }
     }

@@ -60,11 +60,12 @@ struct ErrorBody: Encodable {
 
 extension Response {
     /// An error in the documented shape; `status` overrides the table.
-    static func error(_ error: BLEError, status: Int? = nil) -> Response {
-        .json(status ?? HTTPStatus.of(error), JSON.encode(ErrorBody(error)))
+    static func error(_ error: BLEError, status: Int? = nil, layout: JSON.Layout = .compact) -> Response {
+        .json(status ?? HTTPStatus.of(error), JSON.encode(ErrorBody(error), layout))
     }
 
-    /// The transport's own errors (unknown route, oversize body, ...) in the same shape.
+    /// The transport's own errors (unknown route, oversize body, ...) in the same shape; compact,
+    /// since the transport answers them without the request at hand.
     static func error(_ error: ServerError) -> Response {
         switch error {
         case .bodyTooLarge(let limit):

@@ -1,16 +1,42 @@
 import BLE
 import FoundationEssentials
+import HTTPServer
 
-/// JSON in and out: pretty, sorted output for curl users; strict input (unknown keys are
-/// refused, so a typo such as "service" for "services" is an error, not a silent no-op).
+/// JSON in and out: compact, sorted output (indented on request, for people); strict input
+/// (unknown keys are refused, so a typo such as "service" for "services" is an error, not a
+/// silent no-op).
 enum JSON {
-    static func encode<T: Encodable>(_ value: T) -> [UInt8] {
-        encode(value, formatting: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]) + [UInt8(ascii: "\n")]
+    /// How a REST body is laid out.
+    enum Layout {
+        /// One line, keys sorted: what programs read, and what `GET /v1/devices` keeps.
+        case compact
+        /// Indented, keys sorted: `?pretty` (`?pretty=1`, `?pretty=true`; `0` and `false` mean compact).
+        case pretty
+
+        init(_ request: Request) {
+            guard let value = request.query["pretty"] else {
+                self = .compact
+                return
+            }
+            self = value == "0" || value.lowercased() == "false" ? .compact : .pretty
+        }
+
+        fileprivate var formatting: JSONEncoder.OutputFormatting {
+            switch self {
+            case .compact: [.sortedKeys, .withoutEscapingSlashes]
+            case .pretty: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            }
+        }
     }
 
-    /// One line, for stream events.
+    /// A REST body, ending with a newline (so that curl's output ends its line).
+    static func encode<T: Encodable>(_ value: T, _ layout: Layout = .compact) -> [UInt8] {
+        encode(value, formatting: layout.formatting) + [UInt8(ascii: "\n")]
+    }
+
+    /// One line without the newline, for stream events (their framing ends them).
     static func encodeCompact<T: Encodable>(_ value: T) -> [UInt8] {
-        encode(value, formatting: [.sortedKeys, .withoutEscapingSlashes])
+        encode(value, formatting: Layout.compact.formatting)
     }
 
     private static func encode<T: Encodable>(_ value: T, formatting: JSONEncoder.OutputFormatting) -> [UInt8] {
@@ -25,7 +51,7 @@ enum JSON {
     }
 
     /// Decodes a request body; an empty body decodes as `{}`.
-    static func decode<T: Decodable & KnownKeys>(_ type: T.Type, from body: [UInt8]) throws(BLEError) -> T {
+    static func decode<T: StrictDecodable>(_ type: T.Type, from body: [UInt8]) throws(BLEError) -> T {
         let data = body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) ? Data("{}".utf8) : Data(body)
         do {
             try checkKeys(T.self, in: try JSONDecoder().decode(AnyJSON.self, from: data), path: "")
@@ -39,20 +65,22 @@ enum JSON {
         }
     }
 
-    private static func checkKeys(_ type: KnownKeys.Type, in json: AnyJSON, path: String) throws(BLEError) {
+    /// Every member of `json` must be one of `T`'s coding keys, and every nested object one of
+    /// its nested type's, down the tree.
+    private static func checkKeys<T: StrictDecodable>(_ type: T.Type, in json: AnyJSON, path: String) throws(BLEError) {
         guard case .object(let members) = json else {
             throw BLEError(.invalidParameters, "\(path.isEmpty ? "the body" : path) must be a JSON object")
         }
-        for (key, value) in members {
-            guard let nested = type.keys[key] else {
-                let known = type.keys.keys.sorted().joined(separator: ", ")
-                throw BLEError(.invalidParameters, "unknown field \"\(path)\(key)\"; known fields: \(known)")
+        for (name, value) in members {
+            guard let key = T.CodingKeys(stringValue: name) else {
+                let known = T.CodingKeys.allCases.map(\.stringValue).sorted().joined(separator: ", ")
+                throw BLEError(.invalidParameters, "unknown field \"\(path)\(name)\"; known fields: \(known)")
             }
-            guard let nested else { continue }
+            guard let nested = T.nested[key] else { continue }
             if case .array(let items) = value {
-                for (i, item) in items.enumerated() { try checkKeys(nested, in: item, path: "\(path)\(key)[\(i)].") }
+                for (i, item) in items.enumerated() { try checkKeys(nested, in: item, path: "\(path)\(name)[\(i)].") }
             } else {
-                try checkKeys(nested, in: value, path: "\(path)\(key).")
+                try checkKeys(nested, in: value, path: "\(path)\(name).")
             }
         }
     }
@@ -73,10 +101,18 @@ enum JSON {
     }
 }
 
-/// A request DTO's field names; a field whose value is itself an object (or array of
-/// objects) names that object's type.
-protocol KnownKeys {
-    static var keys: [String: KnownKeys.Type?] { get }
+/// A request body that names only its own fields. The accepted names are the cases of its
+/// `CodingKeys`, the same enum the compiler synthesises `init(from:)` over, so no field name is
+/// written twice.
+protocol StrictDecodable: Decodable {
+    associatedtype CodingKeys: CodingKey & CaseIterable & Hashable
+    /// The fields whose value is an object, or an array of objects, and the type each object
+    /// decodes as; its members are checked the same way.
+    static var nested: [CodingKeys: any StrictDecodable.Type] { get }
+}
+
+extension StrictDecodable {
+    static var nested: [CodingKeys: any StrictDecodable.Type] { [:] }
 }
 
 /// Any JSON value, to look at a body's shape before decoding it.

@@ -94,22 +94,22 @@ struct DeviceList: Encodable { var devices: [DeviceBody] }
 
 // MARK: - Scanning
 
-struct ManufacturerDataFilterBody: Codable, KnownKeys {
+struct ManufacturerDataFilterBody: Codable, StrictDecodable {
     var companyIdentifier: Int
     var dataPrefix: String?
     var mask: String?
-    static var keys: [String: KnownKeys.Type?] { ["companyIdentifier": nil, "dataPrefix": nil, "mask": nil] }
+    enum CodingKeys: String, CodingKey, CaseIterable { case companyIdentifier, dataPrefix, mask }
 }
 
-struct ServiceDataFilterBody: Codable, KnownKeys {
+struct ServiceDataFilterBody: Codable, StrictDecodable {
     var service: String
     var dataPrefix: String?
     var mask: String?
-    static var keys: [String: KnownKeys.Type?] { ["service": nil, "dataPrefix": nil, "mask": nil] }
+    enum CodingKeys: String, CodingKey, CaseIterable { case service, dataPrefix, mask }
 }
 
 /// `POST /v1/scan`: every field optional.
-struct ScanRequest: Codable, KnownKeys {
+struct ScanRequest: Codable, StrictDecodable {
     var services: [String]?
     var allowDuplicates: Bool?
     var name: String?
@@ -120,11 +120,12 @@ struct ScanRequest: Codable, KnownKeys {
     var active: Bool?
     var timeout: Double?
 
-    static var keys: [String: KnownKeys.Type?] { [
-        "services": nil, "allowDuplicates": nil, "name": nil, "namePrefix": nil,
-        "manufacturerData": ManufacturerDataFilterBody.self, "serviceData": ServiceDataFilterBody.self,
-        "rssi": nil, "active": nil, "timeout": nil,
-    ] }
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case services, allowDuplicates, name, namePrefix, manufacturerData, serviceData, rssi, active, timeout
+    }
+    static var nested: [CodingKeys: any StrictDecodable.Type] {
+        [.manufacturerData: ManufacturerDataFilterBody.self, .serviceData: ServiceDataFilterBody.self]
+    }
 
     func options() throws(BLEError) -> ScanOptions {
         var options = ScanOptions()
@@ -303,9 +304,9 @@ struct WriteLengths: Encodable {
     }
 }
 
-struct ConnectRequest: Codable, KnownKeys {
+struct ConnectRequest: StrictDecodable {
     var timeout: Double?
-    static var keys: [String: KnownKeys.Type?] { ["timeout": nil] }
+    enum CodingKeys: String, CodingKey, CaseIterable { case timeout }
 }
 
 struct ValueBody: Encodable {
@@ -324,14 +325,14 @@ struct ValueBody: Encodable {
     }
 }
 
-struct WriteRequest: Codable, KnownKeys {
+struct WriteRequest: StrictDecodable {
     var value: String
     var format: String?
     var withResponse: Bool?
     /// Without response, split a value longer than maximumWriteValueLength into MTU-sized
     /// writes (default) or refuse it (false).
     var fragment: Bool?
-    static var keys: [String: KnownKeys.Type?] { ["value": nil, "format": nil, "withResponse": nil, "fragment": nil] }
+    enum CodingKeys: String, CodingKey, CaseIterable { case value, format, withResponse, fragment }
 }
 
 struct WriteResult: Encodable {

@@ -26,9 +26,9 @@ final class StreamLimit: Sendable {
     var count: Int { open.load(ordering: .relaxed) }
 
     /// The answer when every place is taken.
-    var refusal: Response {
+    func refusal(_ layout: JSON.Layout) -> Response {
         var response = Response.error(BLEError(.connectionLimitReached,
-            "\(limit) event streams are open, as many as gattway serves (--max-streams); retry later"), status: 503)
+            "\(limit) event streams are open, as many as gattway serves (--max-streams); retry later"), status: 503, layout: layout)
         response.headers.append((name: "Retry-After", value: "5"))
         return response
     }

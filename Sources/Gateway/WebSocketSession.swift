@@ -22,7 +22,7 @@ final class WebSocketSession: Sendable {
         self.client = client
     }
 
-    struct Command: Decodable, KnownKeys {
+    struct Command: StrictDecodable {
         var op: String
         var id: String?
         var types: [String]?
@@ -33,9 +33,8 @@ final class WebSocketSession: Sendable {
         var value: String?
         var withResponse: Bool?
         var offset: Int?
-        static var keys: [String: KnownKeys.Type?] {
-            ["op": nil, "id": nil, "types": nil, "device": nil, "characteristic": nil, "format": nil,
-             "subscription": nil, "value": nil, "withResponse": nil, "offset": nil]
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case op, id, types, device, characteristic, format, subscription, value, withResponse, offset
         }
     }
 

@@ -31,6 +31,8 @@ final class FakeCentral: Central {
     func stopScan() async throws(BLEError) -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func scanStatus() async -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func peripherals() async -> [PeripheralInfo] { [device] }
+    /// The list never changes, so the gateway may keep its encoding for good.
+    var peripheralsVersion: UInt64? { 1 }
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
         guard id == device.id else { throw BLEError(.unknownDevice, "no device \(id)") }
         var connected = device
@@ -195,6 +197,8 @@ extension Reply {
         ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "dataPrefix": "zz"}]}"#, 400, "dataPrefix"),
         ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76, "mask": "ff"}]}"#, 400, "mask"),
         ("POST", "/v1/scan", #"{"serviceData": [{"service": "feaa", "extra": 1}]}"#, 400, "serviceData[0].extra"),
+        ("POST", "/v1/scan", #"{"manufacturerData": [{"companyIdentifier": 76}, {"companyIdentifier": 76, "typo": 1}]}"#, 400,
+         #"unknown field "manufacturerData[1].typo"; known fields: companyIdentifier, dataPrefix, mask"#),
         ("GET", "/v1/devices/not-an-address", "", 400, "not a device id"),
         ("GET", "/v1/devices/AA:BB:CC:DD:EE:FF", "", 404, "no device"),
     ])
@@ -309,5 +313,111 @@ extension Reply {
         let missing = try await call(router, "GET", dev + "/characteristics/0x0099/value")
         #expect(missing.status == 404)
         #expect(missing.error?["name"] as? String == "invalidHandle")
+    }
+}
+
+/// Request bodies accept exactly the cases of their `CodingKeys`, nested objects included.
+@Suite struct StrictDecodingTests {
+    struct Probe: StrictDecodable {
+        var count: Int?
+        var label: String?
+        var item: Item?
+        var items: [Item]?
+        enum CodingKeys: String, CodingKey, CaseIterable { case count, label, item, items }
+        static var nested: [CodingKeys: any StrictDecodable.Type] { [.item: Item.self, .items: Item.self] }
+
+        struct Item: StrictDecodable {
+            var x: Int
+            enum CodingKeys: String, CodingKey, CaseIterable { case x }
+        }
+    }
+
+    /// The message `JSON.decode` refuses `body` with, or nil when it decodes.
+    func refusal<T: StrictDecodable>(_ type: T.Type, _ body: String) -> String? {
+        do {
+            _ = try JSON.decode(type, from: Array(body.utf8))
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test func everyCodingKeyIsAccepted() throws {
+        let probe = try JSON.decode(Probe.self, from: Array(#"{"count": 1, "label": "a", "item": {"x": 2}, "items": [{"x": 3}, {"x": 4}]}"#.utf8))
+        #expect(probe.count == 1 && probe.label == "a" && probe.item?.x == 2 && probe.items?.map(\.x) == [3, 4])
+        #expect(refusal(Probe.self, "") == nil)
+    }
+
+    @Test func unknownFieldsAreRefusedAtEveryDepth() {
+        #expect(refusal(Probe.self, #"{"cuont": 1}"#) == #"unknown field "cuont"; known fields: count, item, items, label"#)
+        #expect(refusal(Probe.self, #"{"item": {"x": 1, "y": 2}}"#) == #"unknown field "item.y"; known fields: x"#)
+        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, {"x": 2, "typo": 3}]}"#) == #"unknown field "items[1].typo"; known fields: x"#)
+        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, 2]}"#) == "items[1]. must be a JSON object")
+        #expect(refusal(Probe.self, "[]") == "the body must be a JSON object")
+    }
+
+    /// The fields each request body documents in openapi.yaml, as the refusal of an unknown one lists them.
+    @Test func requestBodiesListTheirFields() {
+        func known<T: StrictDecodable>(_ type: T.Type) -> String? {
+            refusal(type, #"{"nope": 0}"#)?.split(separator: "known fields: ").last.map(String.init)
+        }
+        #expect(known(ScanRequest.self) == "active, allowDuplicates, manufacturerData, name, namePrefix, rssi, serviceData, services, timeout")
+        #expect(known(ManufacturerDataFilterBody.self) == "companyIdentifier, dataPrefix, mask")
+        #expect(known(ServiceDataFilterBody.self) == "dataPrefix, mask, service")
+        #expect(known(ConnectRequest.self) == "timeout")
+        #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
+        #expect(known(WebSocketSession.Command.self)
+                == "characteristic, device, format, id, offset, op, subscription, types, value, withResponse")
+    }
+}
+
+/// REST bodies are one line with sorted keys; `?pretty` indents them for people.
+@Suite struct ResponseLayoutTests {
+    let central = FakeCentral()
+    var router: Router { Gateway(central: central, version: "test").router() }
+    let dev = "/v1/devices/F0:00:00:00:00:01"
+
+    func text(_ path: String, _ method: String = "GET") async throws -> String {
+        String(decoding: try await call(router, method, path).response.body, as: UTF8.self)
+    }
+
+    @Test func compactByDefault() async throws {
+        #expect(try await text("/v1/state") == #"{"adapter":"hci0","code":5,"state":"poweredOn"}"# + "\n")
+        let tree = try await text(dev + "/gatt")
+        #expect(tree.hasSuffix("}\n") && !tree.dropLast().contains("\n"), "\(tree)")
+        #expect(tree.contains(#""uuid":"0000180a-0000-1000-8000-00805f9b34fb""#), "slashes and keys as sent, no spaces")
+    }
+
+    @Test func emptyArraysAreBrackets() async throws {
+        #expect(try await text(dev + "/services?uuids=abcd") == #"{"services":[]}"# + "\n")
+        #expect(try await text(dev + "/characteristics/0x0012/descriptors") == #"{"descriptors":[]}"# + "\n")
+    }
+
+    @Test("?pretty indents", arguments: ["pretty", "pretty=1", "pretty=true", "pretty=yes"])
+    func prettyIndents(query: String) async throws {
+        let state = try await text("/v1/state?" + query)
+        #expect(state.hasPrefix("{\n  \"adapter\" : \"hci0\",\n") && state.hasSuffix("\n}\n"), "\(state)")
+        // Errors too, where the request is at hand: a handler's, and the event stream's.
+        #expect(try await text("/v1/devices/nope?" + query).hasPrefix("{\n  \"error\" : {\n"))
+        #expect(try await text("/v1/events?types=bogus&" + query).hasPrefix("{\n  \"error\" : {\n"))
+    }
+
+    @Test("?pretty=0 and ?pretty=false are compact", arguments: ["pretty=0", "pretty=false", "pretty=FALSE"])
+    func prettyOff(query: String) async throws {
+        #expect(try await text("/v1/state?" + query) == #"{"adapter":"hci0","code":5,"state":"poweredOn"}"# + "\n")
+    }
+
+    /// The device list is kept encoded compact; `?pretty` neither uses nor replaces that copy.
+    @Test func prettyDeviceListIsNotKept() async throws {
+        let router = self.router
+        func devices(_ query: String) async throws -> String {
+            String(decoding: try await call(router, "GET", "/v1/devices" + query).response.body, as: UTF8.self)
+        }
+        let compact = try await devices("")
+        #expect(!compact.dropLast().contains("\n"))
+        let pretty = try await devices("?pretty")
+        #expect(pretty.hasPrefix("{\n  \"devices\" : [\n"), "\(pretty)")
+        #expect(try await devices("") == compact)
+        #expect(try await devices("?pretty") == pretty)
     }
 }
