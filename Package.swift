@@ -33,7 +33,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Threading"]),
     ],
     swiftLanguageModes: [.v6]

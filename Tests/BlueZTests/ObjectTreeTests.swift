@@ -103,4 +103,36 @@ private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated
         tree.apply(changed(device, [("RSSI", .int16(-50))], serial: 1))
         #expect(tree.interfaces(at: device) == nil)
     }
+
+    /// Two writers at once (signals on one thread, `refresh` on another, as the D-Bus thread and
+    /// a task do): each change reaches the observer while the mirror still says what the change
+    /// says, so the observer never sees a change after a newer one.
+    @Test func observersSeeChangesInTheOrderTheyWereApplied() async {
+        let tree = ObjectTree()
+        tree.load([:], replySerial: 0, owner: bluez)
+        tree.apply(added(device, [("Address", .string("F0:00:00:00:00:01")), ("RSSI", .int16(0))], serial: 1))
+        let seen = Mutex<(changes: Int, stale: Int, last: Value?)>((0, 0, nil))
+        tree.setObserver { change in
+            guard case .properties(_, _, let changed, _) = change, let rssi = changed["RSSI"] else { return }
+            let now = tree.properties(at: device, "org.bluez.Device1")?["RSSI"]
+            seen.withLock { s in
+                s.changes += 1
+                if now != rssi { s.stale += 1 }
+                s.last = rssi
+            }
+        }
+        let rounds = 20_000
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for i in 0..<rounds { tree.apply(changed(device, [("RSSI", .int16(Int16(-(i % 100) - 1)))], serial: UInt32(2 + i))) }
+            }
+            group.addTask {
+                for i in 0..<rounds { tree.refresh(device, "org.bluez.Device1", ["RSSI": .int16(Int16(i % 100 + 1))]) }
+            }
+        }
+        let result = seen.withLock { $0 }
+        #expect(result.changes > rounds)
+        #expect(result.stale == 0, "\(result.stale) changes reached the observer after a newer one was applied")
+        #expect(result.last == tree.properties(at: device, "org.bluez.Device1")?["RSSI"])
+    }
 }

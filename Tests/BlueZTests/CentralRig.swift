@@ -1,0 +1,121 @@
+import BLE
+import DBus
+import Simulator
+import Synchronization
+@testable import BlueZ
+
+/// The BlueZ central in-process against the simulator on a private bus: the gateway's own
+/// backend, talking D-Bus to a BlueZ that the test controls.
+final class CentralRig: Sendable {
+    let bus: PrivateBus
+    let server: Connection
+    let simulator: Simulator
+    let client: Connection
+    let central: BlueZCentral
+    let events = EventLog()
+    private let closed = Mutex(false)
+
+    static let hr = BluetoothAddress("F0:00:00:00:00:01")!
+    static let serial = BluetoothAddress("F0:00:00:00:00:02")!
+
+    private init(_ configuration: SimulatorConfiguration) throws {
+        bus = try PrivateBus()
+        server = try Connection(address: bus.address)
+        simulator = Simulator(connection: server, configuration: configuration)
+        client = try Connection(address: bus.address)
+        central = BlueZCentral(connection: client, adapter: nil)
+    }
+
+    static func start(_ configuration: SimulatorConfiguration = .builtIn) async throws -> CentralRig {
+        let rig = try CentralRig(configuration)
+        rig.central.setEventHandler { [events = rig.events] in events.append($0) }
+        try await rig.simulator.start()
+        await rig.central.start()
+        return rig
+    }
+
+    /// Scans until `ids` are known, then connects them.
+    static func connected(_ ids: [BluetoothAddress], _ configuration: SimulatorConfiguration = .builtIn) async throws -> CentralRig {
+        let rig = try await start(configuration)
+        _ = try await rig.central.startScan(ScanOptions())
+        for id in ids {
+            _ = try await rig.events.wait { if case .advertisement(let p) = $0 { p.id == id } else { false } }
+        }
+        _ = try await rig.central.stopScan()
+        for id in ids { _ = try await rig.central.connect(id, timeout: .seconds(20)) }
+        return rig
+    }
+
+    func close() {
+        guard !closed.withLock({ c in defer { c = true }; return c }) else { return }
+        simulator.stop()
+        client.close()
+        server.close()
+        bus.stop()
+    }
+
+    deinit { close() }
+
+    /// A call to the simulator's control interface (faults, link loss, values).
+    @discardableResult
+    func control(_ member: String, _ body: [Value]) async throws -> [Value] {
+        try await client.call(.methodCall(destination: "org.bluez", path: ObjectPath("/io/gattway/simulator")!,
+                                          interface: "io.gattway.Simulator1", member: member, body), timeout: .seconds(10)).body
+    }
+
+    /// The peripheral sets a characteristic's value and notifies it.
+    func notify(_ id: BluetoothAddress, _ uuid: String, _ value: [UInt8]) async throws {
+        try await control("SetValue", [.string(id.description), .string(uuid), .bytes(value), .bool(true)])
+    }
+}
+
+struct Timeout: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// Every event the central reported, and tasks waiting for one that matches.
+final class EventLog: Sendable {
+    typealias Match = @Sendable (CentralEvent) -> Bool
+    private struct Waiter {
+        let match: Match
+        let continuation: CheckedContinuation<CentralEvent?, Never>
+    }
+    private let state = Mutex<(events: [CentralEvent], next: Int, waiters: [Int: Waiter])>(([], 0, [:]))
+
+    func append(_ event: CentralEvent) {
+        let matched = state.withLock { s -> [CheckedContinuation<CentralEvent?, Never>] in
+            s.events.append(event)
+            let hits = s.waiters.filter { $0.value.match(event) }
+            for id in hits.keys { s.waiters[id] = nil }
+            return hits.values.map(\.continuation)
+        }
+        for c in matched { c.resume(returning: event) }
+    }
+
+    var all: [CentralEvent] { state.withLock { $0.events } }
+
+    func count(_ match: (CentralEvent) -> Bool) -> Int { state.withLock { $0.events.filter(match).count } }
+
+    /// The first event that matches, among those recorded from the `since`-th on (pass
+    /// `recorded` to wait for a new one), or `Timeout` after `timeout`.
+    func wait(since: Int = 0, timeout: Duration = .seconds(10), _ match: @escaping Match) async throws -> CentralEvent {
+        let found = await withCheckedContinuation { (continuation: CheckedContinuation<CentralEvent?, Never>) in
+            let (earlier, id) = state.withLock { s -> (CentralEvent?, Int) in
+                if let hit = s.events.dropFirst(since).first(where: match) { return (hit, -1) }
+                s.next += 1
+                s.waiters[s.next] = Waiter(match: match, continuation: continuation)
+                return (nil, s.next)
+            }
+            if let earlier { return continuation.resume(returning: earlier) }
+            Task {
+                try? await Task.sleep(for: timeout)  // the time bound of a wait, not a synchronisation
+                self.state.withLock { $0.waiters.removeValue(forKey: id) }?.continuation.resume(returning: nil)
+            }
+        }
+        guard let found else { throw Timeout(what: "an event") }
+        return found
+    }
+
+    var recorded: Int { state.withLock { $0.events.count } }
+}
