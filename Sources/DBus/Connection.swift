@@ -14,8 +14,9 @@ import Threading
 public final class Connection: Sendable {
     private let core: Core
     /// Calls waiting for a reply at once; the system bus refuses more than 128 per connection
-    /// (`max_replies_per_connection`), so later calls wait here for a free slot.
-    private let callSlots = AsyncSemaphore(64)
+    /// (`max_replies_per_connection`), so later calls wait here for one of 64 slots (one key,
+    /// 64 wide), as long as their own timeout allows.
+    private let callSlots = SerialQueues<Int>(width: 64, maxWaiting: .max, maxWait: nil)
     /// The unique name the bus gave this connection (":1.42").
     public let uniqueName: String
 
@@ -49,15 +50,20 @@ public final class Connection: Sendable {
 
     /// Sends a method call and waits for its reply. An error reply is thrown as `BusError`.
     public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws(BusError) -> Message {
-        await callSlots.acquire()
-        defer { callSlots.release() }
         let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Message, BusError>, Never>) in
-            core.enqueue { $0.sendWithReply(message, timeoutMs: max(ms, 1), continuation) }
+        let reply = try await callSlots.run(0, refused: { Self.refusal($0, timeout) }) { () async throws(BusError) -> Message in
+            let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Message, BusError>, Never>) in
+                core.enqueue { $0.sendWithReply(message, timeoutMs: max(ms, 1), continuation) }
+            }
+            return try result.get()
         }
-        let reply = try result.get()
         if let error = reply.error { throw error }
         return reply
+    }
+
+    /// A call that never got a slot: cancelled while it waited.
+    private static func refusal(_ refusal: SerialQueues<Int>.Refusal, _ timeout: Duration) -> BusError {
+        BusError(name: "org.freedesktop.DBus.Error.NoReply", message: "the call was not sent (\(refusal)); 64 calls were waiting for replies")
     }
 
     /// Sends a message that expects no reply: a signal, or the reply to an incoming call.

@@ -50,15 +50,19 @@ public final class SerialQueues<Key: Hashable & Sendable>: Sendable {
             if waiting >= maxWaiting { return .refuse(.full(waiting: waiting)) }
             guard let waiter else { return .wait }
             // Checked under the lock: a cancellation before this point found no waiter to refuse.
-            // mutated
+            if Task.isCancelled { return .refuse(.cancelled) }
             lines[key]!.waiters.append(waiter)
             return .wait
         }
 
+        /// Where the waiter `id` stands in `key`'s line; nil once it no longer waits.
+        func place(_ key: Key, _ id: UInt64) -> Int? {
+            lines[key]?.waiters.firstIndex { $0.id == id }
+        }
+
         /// Removes the waiter `id` from `key`'s line, if it still waits.
         mutating func remove(_ key: Key, _ id: UInt64) -> Waiter? {
-            guard let index = lines[key]?.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return lines[key]!.waiters.remove(at: index)
+            place(key, id).map { lines[key]!.waiters.remove(at: $0) }
         }
 
         /// Hands a finished body's slot to the first waiter, or frees it (and the idle key).
@@ -153,8 +157,8 @@ public final class SerialQueues<Key: Hashable & Sendable>: Sendable {
             self.resolve(key, id, .timedOut(maxWait))
         }
         let kept = state.withLock { s -> Bool in
-            guard let index = s.lines[key]?.waiters.firstIndex(where: { $0.id == id }) else { return false }
-            s.lines[key]!.waiters[index].timer = timer
+            guard let place = s.place(key, id) else { return false }
+            s.lines[key]!.waiters[place].timer = timer
             return true
         }
         if !kept { timer.cancel() }  // resolved in between
