@@ -122,6 +122,13 @@ public final class Connection: Sendable {
         }
     }
 
+    /// Gives up a well-known name (bluetoothd exiting, as the simulator plays it).
+    public func releaseName(_ name: String) async throws(BusError) {
+        guard Validate.busName(name) else { throw .invalidArgs("invalid bus name \"\(name)\"") }
+        _ = try await call(.methodCall(destination: "org.freedesktop.DBus", path: ObjectPath(trusted: "/org/freedesktop/DBus"),
+                                       interface: "org.freedesktop.DBus", member: "ReleaseName", [.string(name)]))
+    }
+
     /// Whether the bus connection is still up.
     public var isConnected: Bool { !core.lost.load(ordering: .acquiring) }
 

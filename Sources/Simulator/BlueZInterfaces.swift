@@ -40,7 +40,9 @@ enum Interface {
         descriptor: [Method(name: "ReadValue", input: "a{sv}", output: "ay"), Method(name: "WriteValue", input: "aya{sv}", output: "")],
         control: [Method(name: "SetFault", input: "ss", output: ""), Method(name: "ClearFaults", input: "s", output: ""),
                   Method(name: "DropLink", input: "s", output: ""), Method(name: "CallCount", input: "ss", output: "u"),
-                  Method(name: "ResetCounters", input: "", output: ""), Method(name: "SetValue", input: "ssayb", output: "")],
+                  Method(name: "ResetCounters", input: "", output: ""), Method(name: "SetValue", input: "ssayb", output: ""),
+                  Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
+                  Method(name: "EndDiscovery", input: "", output: "")],
     ]
 
     static let signals: [String: [(name: String, signature: String)]] = [

@@ -227,8 +227,8 @@ extension Engine {
     }
 
     /// Adapter1.Powered = false stops every discovery and drops every link.
-    func setPowered(_ on: Bool, call: Message) {
-        guard on != powered else { return reply(call) }
+    func setPowered(_ on: Bool, call: Message?) {
+        guard on != powered else { if let call { reply(call) }; return }
         log("adapter powered \(on ? "on" : "off")")
         if !on {
             discoveryClients = [:]
@@ -243,7 +243,7 @@ extension Engine {
         }
         powered = on
         // bluetoothd answers when the kernel confirms, then signals the new settings.
-        reply(call)
+        if let call { reply(call) }
         propertiesChanged(.adapter, Interface.adapter, ["Powered"])
     }
 }

@@ -64,9 +64,78 @@ extension Engine {
             devices[d].characteristics[c].value = value
             reply(call)
             if call.body[3].bool == true { notify(d, c, value) }
+        case "Restart":
+            let downMs = call.body.first?.integer ?? 0
+            log("bluetoothd exits; back in \(downMs) ms (Restart)")
+            reply(call)
+            exitBluetoothd()
+            let connection = connection
+            tasks.spawn {
+                try? await connection.releaseName("org.bluez")
+                if downMs > 0 { do { try await Task.sleep(for: .milliseconds(downMs)) } catch { return } }
+                await self.startBluetoothd()
+            }
+        case "SetPowered":
+            setPowered(call.body.first?.bool ?? true, call: call)
+        case "EndDiscovery":
+            log("discovery ends by itself (EndDiscovery)")
+            reply(call)
+            discoveryClients = [:]
+            discoveryChanged()
         default:
             fail(call, DBusError.unknownMethod(call))
         }
+    }
+
+    /// bluetoothd stops: its links, discovery sessions, notify sessions and agents go with it,
+    /// pending calls are answered as the bus answers for a peer that left, and (the caller)
+    /// gives up org.bluez without signalling anything. Paired devices are kept, as its storage keeps them.
+    private func exitBluetoothd() {
+        down = true
+        let gone = BusError(name: "org.freedesktop.DBus.Error.NoReply", message: "Message recipient disconnected from message bus without replying")
+        for d in devices.indices {
+            if isConnecting(d) {
+                failConnect(d, gone, linkEstablished: false)
+            } else if devices[d].hasGATT {
+                linkDown(d)
+            }
+            devices[d].gattExported = false
+            for c in devices[d].characteristics.indices {
+                devices[d].characteristics[c].sessions = [:]
+                devices[d].characteristics[c].notifying = false
+            }
+            if !devices[d].paired {
+                devices[d].forget()
+            }
+        }
+        discoveryClients = [:]
+        discovering = false
+        discoveryFound = []
+        agents = []
+        objects = objects.filter { entry in
+            switch entry.value {
+            case .root, .node, .control: return true
+            default: return false
+            }
+        }
+    }
+
+    /// bluetoothd starts again: takes org.bluez back and announces the adapter and the devices it
+    /// has stored.
+    private func startBluetoothd() async {
+        guard down else { return }
+        down = false
+        do {
+            try await connection.requestName("org.bluez")
+        } catch {
+            log("cannot take org.bluez back: \(error)")
+            return
+        }
+        log("bluetoothd is back")
+        objects[Engine.bluezPath] = .bluez
+        objects[Engine.adapterPath] = .adapter
+        announce()
+        for d in devices.indices where devices[d].exported { export(.device(d)) }
     }
 
     /// The device an address argument names; answers the call with an error if there is none.

@@ -39,6 +39,8 @@ actor Engine {
     var callCounts: [String: UInt32] = [:]
     private var nextID = 0
     var started = false
+    /// bluetoothd is not running (`Restart`): nothing it would signal goes out.
+    var down = false
 
     enum ObjectRef: Hashable, Sendable {
         case root, node, bluez, adapter, control
@@ -69,6 +71,7 @@ actor Engine {
     // MARK: - Sending
 
     func send(_ message: Message) {
+        if down && message.kind == .signal { return }
         do { try connection.send(message) } catch { log("cannot send \(message.member ?? message.errorName ?? "reply"): \(error)") }
     }
 

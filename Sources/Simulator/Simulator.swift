@@ -12,6 +12,10 @@ import Synchronization
 /// - `CallCount(s member, s path) → u` counts method calls ("" matches any member or path)
 /// - `ResetCounters()`
 /// - `SetValue(s address, s uuid, ay value, b notify)` sets a characteristic's value on the peripheral
+/// - `Restart(u downMs)` plays bluetoothd exiting (links, discovery and notify sessions gone,
+///   org.bluez released, no signals) and starting again `downMs` later (unpaired devices forgotten)
+/// - `SetPowered(b on)` powers the adapter off or on, as rfkill or a reset would
+/// - `EndDiscovery()` ends every discovery session by itself, as BlueZ does when the adapter resets
 ///
 /// Incoming messages are queued in arrival order (at most 1024 waiting; beyond that a call is
 /// refused with `org.freedesktop.DBus.Error.LimitsExceeded`) and handled one at a time.

@@ -70,6 +70,10 @@ let usage = """
       CallCount(s member, s path) -> u   method calls seen ("" matches any)
       ResetCounters()
       SetValue(s address, s uuid, ay value, b notify)   set a characteristic on the peripheral
+      Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
+                                         gone, unpaired devices forgotten) and is back downMs later
+      SetPowered(b on)                   power the adapter off or on (links and discovery end)
+      EndDiscovery()                     discovery ends by itself, as after an adapter reset
       e.g. busctl --address=$DBUS_SYSTEM_BUS_ADDRESS call org.bluez /io/gattway/simulator \\
              io.gattway.Simulator1 DropLink s F0:00:00:00:00:01
 

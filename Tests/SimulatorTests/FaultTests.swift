@@ -159,4 +159,52 @@ import Testing
         try await sim.signal(after: mark) { $0.changes(battery, Interface.characteristic, "Value", .bytes([42])) }
         #expect(try await sim.read(battery) == [42])
     }
+
+    /// `Restart`: bluetoothd leaves the bus (org.bluez released, no signals), then comes back
+    /// with the adapter and without the unpaired devices or their sessions.
+    @Test func restartReleasesTheNameAndComesBackWithoutSessions() async throws {
+        let sim = try await Sim.connected([Sim.hr])
+        defer { sim.close() }
+        let measurement = try await sim.characteristic(Sim.hr, "2A37")
+        try await sim.call(measurement, Interface.characteristic, "StartNotify")
+        let (owners, changed) = AsyncStream.makeStream(of: String.self)
+        try await sim.client.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
+                                                 member: "NameOwnerChanged", arg0: "org.bluez")) { signal in
+            changed.yield(signal.body.count > 2 ? signal.body[2].string ?? "" : "")
+        }
+        _ = try await sim.control("Restart", [.uint32(200)])
+        var next = owners.makeAsyncIterator()
+        #expect(await next.next() == "")  // gone
+        let back = await next.next()
+        #expect(back == sim.server.uniqueName)
+        let objects = try await sim.managedObjects()
+        #expect(objects[ObjectPath(Sim.adapter)!]?[Interface.adapter] != nil)
+        #expect(objects[ObjectPath(Sim.devicePath(Sim.hr))!] == nil, "an unpaired device is forgotten")
+        // Found again by discovery; its notify session did not survive.
+        try await sim.discover([Sim.hr])
+        try await sim.connect(Sim.hr)
+        #expect(try await sim.property(measurement, Interface.characteristic, "Notifying") == .bool(false))
+    }
+
+    @Test func poweringOffEndsLinksAndOnRestores() async throws {
+        let sim = try await Sim.connected([Sim.hr])
+        defer { sim.close() }
+        let mark = sim.mark
+        _ = try await sim.control("SetPowered", [.bool(false)])
+        try await sim.signal(after: mark) { $0.changes(Sim.devicePath(Sim.hr), Interface.device, "Connected", .bool(false)) }
+        try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Powered", .bool(false)) }
+        _ = try await sim.control("SetPowered", [.bool(true)])
+        try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Powered", .bool(true)) }
+        try await sim.connect(Sim.hr)
+    }
+
+    @Test func discoveryCanEndByItself() async throws {
+        let sim = try await Sim.start()
+        defer { sim.close() }
+        let mark = sim.mark
+        try await sim.call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Discovering", .bool(true)) }
+        _ = try await sim.control("EndDiscovery", [])
+        try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Discovering", .bool(false)) }
+    }
 }
