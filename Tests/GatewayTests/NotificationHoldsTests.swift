@@ -95,31 +95,33 @@ func eventually(within timeout: Duration = .seconds(5), _ condition: () -> Bool)
         #expect(holds.count(key) == 0)
     }
 
-    @Test func twoFirstHoldsAtOnceStartNotificationsOnce() async throws {
+    /// An acquire of `key` whose call to the central waits at the gate, then `next` on the same
+    /// key; the gate opens once `next` waits for its turn (after `whileQueued`). Returns when both are done.
+    func behindAGatedAcquire(_ next: @escaping @Sendable () async throws -> Void, whileQueued: () -> Void = {}) async throws {
         let (holds, key) = (self.holds, self.key)
         central.notify.gateNextCall()
         let first = Task { try await holds.acquire(key) }
         #expect(await eventually { central.notify.atGate == 1 })
-        let second = Task { try await holds.acquire(key) }
+        let second = Task { try await next() }
         #expect(await eventually { waitingForTurn(key) == 1 })
+        whileQueued()
         central.notify.openGate()
         try await first.value
         try await second.value
+    }
+
+    @Test func twoFirstHoldsAtOnceStartNotificationsOnce() async throws {
+        let (holds, key) = (self.holds, self.key)
+        try await behindAGatedAcquire { try await holds.acquire(key) }
         #expect(central.notify.all == [on(key)])
         #expect(holds.count(key) == 2)
     }
 
     @Test func aReleaseDoesNotOvertakeTheAcquireItUndoes() async throws {
         let (holds, key) = (self.holds, self.key)
-        central.notify.gateNextCall()
-        let acquire = Task { try await holds.acquire(key) }
-        #expect(await eventually { central.notify.atGate == 1 })
-        let release = Task { await holds.release(key) }
-        #expect(await eventually { waitingForTurn(key) == 1 })
-        #expect(central.notify.all == [on(key)])
-        central.notify.openGate()
-        try await acquire.value
-        await release.value
+        try await behindAGatedAcquire({ await holds.release(key) }, whileQueued: {
+            #expect(central.notify.all == [on(key)])
+        })
         #expect(central.notify.all == [on(key), off(key)])
         #expect(holds.count(key) == 0)
     }
