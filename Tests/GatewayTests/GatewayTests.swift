@@ -88,7 +88,10 @@ final class FakeCentral: Central {
         let d = try ref.pick(in: try await services(id))
         return WriteOutcome(handle: d.handle, uuid: d.uuid, type: .withResponse, written: value.count, writes: 1)
     }
-    func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool { enabled }
+    let notify = NotifyCalls()
+    func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
+        try await notify.call(enabled, id, characteristic: characteristic)
+    }
 }
 
 struct Reply {

@@ -25,6 +25,22 @@ func startServer(maxBodyBytes: Int = 64 * 1024, _ configure: (Router) -> Void) t
         errorResponder: testErrorResponder, handler: router.handle)
 }
 
+/// A handler's work that lasts until the test lets it go, counting the calls that entered and
+/// finished. It gives up waiting after `bound`, so that a failing test cannot hang.
+final class HeldWork: Sendable {
+    private let state = Mutex((entered: 0, finished: 0, released: false))
+    var entered: Int { state.withLock { $0.entered } }
+    var finished: Int { state.withLock { $0.finished } }
+
+    func release() { state.withLock { $0.released = true } }
+
+    func run(bound: Duration = .seconds(5)) async {
+        state.withLock { $0.entered += 1 }
+        _ = await eventually(within: bound) { state.withLock { $0.released } }
+        state.withLock { $0.finished += 1 }
+    }
+}
+
 func json(_ value: some Encodable) -> Response {
     let encoder = JSONEncoder()
     encoder.outputFormatting = .sortedKeys
@@ -172,6 +188,8 @@ struct ServerTests {
     @Test func servesSeveralRequestsOnOneConnection() async throws {
         let server = try startServer { router in
             router.add("GET", "/n/{n}") { request in
+                // Kept: a handler that answers a little later, so that each response resumes the
+                // suspended connection from another thread before the next request is read.
                 try? await Task.sleep(for: .milliseconds(10))
                 return Response(status: 200, body: Array(request.pathParameters["n", default: ""].utf8))
             }
@@ -264,14 +282,12 @@ struct ServerTests {
     }
 
     @Test func stopAnswersPendingRequestsAndIsIdempotent() async throws {
-        let handlerFinished = Mutex(false)
+        let slow = HeldWork()
         let server = try startServer { router in
             router.add("GET", "/slow") { _ in
-                try? await Task.sleep(for: .seconds(1))
-                handlerFinished.withLock { $0 = true }
+                await slow.run()
                 return Response(status: 200)
             }
-            router.add("GET", "/entered") { _ in Response(status: 200) }
         }
         let port = server.port
 
@@ -282,13 +298,12 @@ struct ServerTests {
                 do { return try connection.readResponse().status } catch let error as ClientError where error == .closed { return 0 }
             }
         }
-        // Let the slow request reach its handler.
-        _ = try await fetch(port, "GET", "/entered")
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { slow.entered == 1 })
 
         let started = ContinuousClock.now
         server.stop()
         #expect(ContinuousClock.now - started < .milliseconds(800))  // did not wait for the handler
+        #expect(slow.finished == 0)
         server.stop()
 
         let status = try await pending.value
@@ -296,17 +311,18 @@ struct ServerTests {
         #expect(throws: ClientError.self) { try TestConnection(port: port) }
 
         // The handler still finishes; its late response must go nowhere, harmlessly.
-        try await Task.sleep(for: .milliseconds(1100))
-        #expect(handlerFinished.withLock { $0 })
+        slow.release()
+        #expect(await eventually { slow.finished == 1 })
     }
 
     /// Malformed and hostile input gets an error status or a closed connection, never a crash;
     /// afterwards the server still serves.
     @Test func survivesMalformedInput() async throws {
+        let slow = HeldWork()
         let server = try startServer(maxBodyBytes: 1024) { router in
             router.add("GET", "/ok") { _ in Response(status: 200) }
             router.add("POST", "/slow") { _ in
-                try? await Task.sleep(for: .milliseconds(50))
+                await slow.run()
                 return Response(status: 200)
             }
         }
@@ -339,6 +355,10 @@ struct ServerTests {
         for request in dropped {
             try await sendAndHangUp(port, request)
         }
+        // Of these only the complete POST reaches its handler, which runs on after its client left.
+        #expect(await eventually { slow.entered == 1 })
+        #expect(slow.finished == 0)
+        slow.release()
 
         let pipelined = try await onThread {
             let connection = try TestConnection(port: port)
@@ -346,7 +366,7 @@ struct ServerTests {
             return [try connection.readResponse().status, try connection.readResponse().status]
         }
         #expect(pipelined == [200, 404])
-        try await Task.sleep(for: .milliseconds(100))  // the dropped slow request's handler has finished
+        #expect(await eventually { slow.finished == 1 })  // its response went nowhere
         #expect(try await fetch(port, "GET", "/ok").status == 200)
     }
 
@@ -390,13 +410,9 @@ struct ServerTests {
         #expect(String(decoding: over.body, as: UTF8.self).contains("tooManyConnections 3"))
 
         held[0].hangUp()
-        // The server sees the hang-up on its own time: ask again until it has (10 s at most).
-        var status = 503
-        let deadline = ContinuousClock.now + .seconds(10)
-        while status == 503 && ContinuousClock.now < deadline {
-            status = try await fetch(port, "GET", "/").status
-            if status == 503 { try await Task.sleep(for: .milliseconds(20)) }
-        }
+        // The server sees the hang-up (and the 503's close) on its own time.
+        #expect(await eventually(within: .seconds(10)) { server.openConnections == 2 }, "open: \(server.openConnections)")
+        let status = try await fetch(port, "GET", "/").status
         #expect(status == 200, "still 503 after one of the \(3) connections closed; open: \(server.openConnections)")
         withExtendedLifetime(held) {}
     }

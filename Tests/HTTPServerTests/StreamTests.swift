@@ -44,7 +44,8 @@ final class StreamRecorder: Sendable {
 }
 
 /// Reads SSE chunks until `count` events (`data: ...` blocks) have arrived; returns their data.
-func readEvents(_ connection: TestConnection, count: Int) throws -> [String] {
+/// `onEvent` runs as each arrives.
+func readEvents(_ connection: TestConnection, count: Int, onEvent: () -> Void = {}) throws -> [String] {
     var text = ""
     var events: [String] = []
     while events.count < count {
@@ -54,7 +55,10 @@ func readEvents(_ connection: TestConnection, count: Int) throws -> [String] {
         while let end = text.range(of: "\n\n") {
             let block = text[..<end.lowerBound]
             text = String(text[end.upperBound...])
-            events += block.split(separator: "\n").filter { $0.hasPrefix("data: ") }.map { String($0.dropFirst(6)) }
+            for line in block.split(separator: "\n") where line.hasPrefix("data: ") {
+                events.append(String(line.dropFirst(6)))
+                onEvent()
+            }
         }
     }
     return events
@@ -90,10 +94,11 @@ struct StreamTests {
         let server = try startServer { $0.add("GET", "/events", recorder.handler()) }
         defer { server.stop() }
 
+        let received = Counter()
         let client = Task {
             try await onThread {
                 let (connection, head) = try openStream(server.port)
-                let events = try readEvents(connection, count: 50)
+                let events = try readEvents(connection, count: 50) { received.increment() }
                 let last = try connection.readChunk()
                 return (head, events, last)
             }
@@ -101,7 +106,9 @@ struct StreamTests {
         let body = try await recorder.first()
         for n in 0..<50 {
             #expect(body.write(event("\(n)")))
-            if n % 10 == 0 { try await Task.sleep(for: .milliseconds(20)) }  // let the connection suspend
+            // Now and then the client has all that was written: with nothing left to send the server
+            // suspends the connection (a state not visible from here), and the next write resumes it.
+            if n % 10 == 0 { #expect(await eventually { received.value == n + 1 }) }
         }
         body.close()
         let (head, events, last) = try await client.value
@@ -142,7 +149,9 @@ struct StreamTests {
         let body = try await recorder.first()
         #expect(body.write(event("one")))
         #expect(try await onThread { try readEvents(connection, count: 1) } == ["one"])
-        try await Task.sleep(for: .milliseconds(50))  // suspended again, nothing to send
+        // Kept: that the connection is suspended again (nothing to send) is not visible from here,
+        // and it is the case under test; this gives the I/O thread time to get there.
+        try await Task.sleep(for: .milliseconds(50))
         #expect(!body.isClosed)
 
         connection.hangUp()
@@ -156,14 +165,22 @@ struct StreamTests {
         let server = try startServer { $0.add("GET", "/events", recorder.handler()) }
         let port = server.port
 
+        let heads = Counter()
         let clients = (0..<3).map { _ in
             Task {
-                try await onThread { try openStream(port).connection.readUntilClosed() }
+                try await onThread {
+                    let connection = try openStream(port).connection
+                    heads.increment()
+                    try connection.readUntilClosed()
+                }
             }
         }
-        #expect(await eventually { recorder.streams.count == 3 })
-        recorder.streams[0].write(event("pending"))  // one stream with bytes, two suspended empty
-        try await Task.sleep(for: .milliseconds(50))
+        // Every stream is being sent (its head arrived), with nothing to send but one event on the
+        // first, which its connection has taken: all three are (or are about to be) suspended.
+        #expect(await eventually { heads.value == 3 })
+        #expect(recorder.streams.count == 3)
+        recorder.streams[0].write(event("pending"))
+        #expect(await eventually { recorder.streams[0].bufferedBytes == 0 })
 
         let started = ContinuousClock.now
         server.stop()
@@ -184,11 +201,16 @@ struct StreamTests {
         }
         let body = try await recorder.first()
         let started = ContinuousClock.now
+        // When the buffer is full, wait for the body to say it has room again (no polling).
+        let (writable, roomAgain) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        body.onWritable { roomAgain.yield() }
+        body.onClose { roomAgain.finish() }
+        var room = writable.makeAsyncIterator()
         var refused = 0
         for n in 0..<count {
             while !body.write(event("\(n) \(String(repeating: "x", count: 80))")) {
                 refused += 1
-                try await Task.sleep(for: .milliseconds(1))
+                guard await room.next() != nil else { throw ClientError("the stream ended early") }
             }
         }
         let events = try await client.value

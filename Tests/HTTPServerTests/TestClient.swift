@@ -44,7 +44,9 @@ final class TestConnection: @unchecked Sendable {
         }
         guard connected == 0 else {
             let error = ClientError.errno("connect")
-            Glibc.close(fd)
+            // Once: deinit runs for this init's failure too, and a second close could close
+            // another test's socket that got the same descriptor in between.
+            hangUp()
             throw error
         }
     }

@@ -6,9 +6,14 @@ import Testing
 
 /// Close codes the server's sockets reported through `onClose`.
 final class CloseRecorder: Sendable {
-    private let codes = Mutex<[UInt16]>([])
-    func record(_ socket: WebSocket) { socket.onClose { code in self.codes.withLock { $0.append(code) } } }
-    var all: [UInt16] { codes.withLock { $0 } }
+    private let state = Mutex<(codes: [UInt16], sockets: Int)>(([], 0))
+    func record(_ socket: WebSocket) {
+        socket.onClose { code in self.state.withLock { $0.codes.append(code) } }
+        state.withLock { $0.sockets += 1 }
+    }
+    var all: [UInt16] { state.withLock { $0.codes } }
+    /// Sockets whose close is recorded.
+    var recording: Int { state.withLock { $0.sockets } }
 }
 
 final class Counter: Sendable {
@@ -270,8 +275,7 @@ struct WebSocketTests {
                 }
             }
         }
-        #expect(await eventually { ready.value == 3 })
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(await eventually { ready.value == 3 && closes.recording == 3 })
 
         let started = ContinuousClock.now
         server.stop()
@@ -332,6 +336,7 @@ struct WebSocketTests {
         let server = try startServer { router in
             router.add("GET", "/ws") { request in
                 .webSocket(request, maxMessageBytes: 64 * 1024) { socket in
+                    // Kept: the handler is busy, never reading, for longer than the test lasts.
                     try? await Task.sleep(for: .seconds(30))
                 }
             }
