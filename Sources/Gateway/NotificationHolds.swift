@@ -26,6 +26,9 @@ final class NotificationHolds: Sendable {
 
     func count(_ key: Key) -> Int { counts.withLock { $0[key] ?? 0 } }
 
+    /// Operations on `key` waiting for their turn (tests).
+    func waiting(_ key: Key) -> Int { turns.waiting(key) }
+
     /// Adds a hold; starts notifications if it is the first. On failure nothing is held.
     func acquire(_ key: Key) async throws(BLEError) {
         try await serially(key) { await self.acquireNow(key) }.get()

@@ -72,12 +72,10 @@ func eventually(within timeout: Duration = .seconds(5), _ condition: () -> Bool)
     func on(_ key: NotificationHolds.Key) -> NotifyCalls.Call { .init(enabled: true, device: key.device, characteristic: key.characteristic) }
     func off(_ key: NotificationHolds.Key) -> NotifyCalls.Call { .init(enabled: false, device: key.device, characteristic: key.characteristic) }
 
-    /// How many operations wait for `key`'s turn. The queue is private to `NotificationHolds`, so it
-    /// is found by reflection: the tests below must know that a second operation is queued behind a
-    /// gated one before they open the gate, or they could not tell a queue from a late arrival.
-    func waitingForTurn(_ key: NotificationHolds.Key) -> Int? {
-        Mirror(reflecting: holds).children.lazy.compactMap { $0.value as? SerialQueues<NotificationHolds.Key> }.first?.waiting(key)
-    }
+    /// Operations waiting behind the one in the key's turn: the tests below must know that a
+    /// second operation is queued behind a gated one before they open the gate, or they could
+    /// not tell a queue from a late arrival.
+    func waitingForTurn(_ key: NotificationHolds.Key) -> Int? { holds.waiting(key) }
 
     @Test func firstHoldStartsNotificationsAndTheLastReleaseStopsThem() async throws {
         try await holds.acquire(key)
