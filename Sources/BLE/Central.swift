@@ -51,6 +51,8 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var advertisement: AdvertisementData
     /// The ATT MTU of the connection, while connected.
     public var mtu: Int?
+    /// Set while the central keeps the device connected (`autoReconnect`).
+    public var reconnect: ReconnectStatus?
 
     public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
                 state: PeripheralState, paired: Bool, advertisement: AdvertisementData, mtu: Int? = nil) {
@@ -110,8 +112,12 @@ public protocol Central: Sendable {
     /// A peripheral the adapter knows, or `unknownDevice`.
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
 
-    /// Connects and resolves the services, within `timeout` (then `connectionTimeout`).
-    func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo
+    /// Connects and resolves the services, within `timeout` (then `connectionTimeout`). With
+    /// `autoReconnect` the central keeps the device connected: after an unexpected disconnection
+    /// (or a failed first attempt) it tries again on its `ReconnectPolicy`'s schedule, and
+    /// restores the notifications it had, until `disconnect`.
+    func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo
+    /// Disconnects, and stops keeping the device connected.
     func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
 
     /// The resolved GATT tree of a connected peripheral, in handle order.
@@ -153,4 +159,53 @@ public enum WriteType: Sendable, Hashable {
     }
 
     public static let maximumAttributeLength = 512
+}
+
+/// A device the central keeps connected.
+public struct ReconnectStatus: Sendable, Equatable {
+    /// Attempts since the link was last up (0 while it is up).
+    public var attempt: Int
+    /// When the next attempt starts, while one is scheduled.
+    public var nextAttempt: Date?
+    /// Why the link went down, or the last attempt failed.
+    public var lastError: BLEError?
+
+    public init(attempt: Int, nextAttempt: Date?, lastError: BLEError?) {
+        self.attempt = attempt
+        self.nextAttempt = nextAttempt
+        self.lastError = lastError
+    }
+}
+
+/// When to try again after a kept device lost its link: the first attempt after a random delay
+/// within `first`, then each delay `factor` times the last, with ±`jitter`, at most `maximum`.
+public struct ReconnectPolicy: Sendable, Equatable {
+    public var first: ClosedRange<Double>
+    public var factor: Double
+    public var jitter: Double
+    public var maximum: Double
+
+    /// 1–5 s, then doubling with ±20 % up to 60 s.
+    public static let standard = ReconnectPolicy(first: 1...5, factor: 2, jitter: 0.2, maximum: 60)
+
+    public init(first: ClosedRange<Double>, factor: Double, jitter: Double, maximum: Double) {
+        self.first = first
+        self.factor = factor
+        self.jitter = jitter
+        self.maximum = maximum
+    }
+
+    /// The delay before attempt `attempt` (1, 2, ...), in seconds.
+    public func delay(attempt: Int, random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Double {
+        let start = random(first)
+        guard attempt > 1 else { return min(start, maximum) }
+        var grown = first.upperBound
+        for _ in 1..<attempt where grown < maximum { grown *= factor }
+        return min(maximum, grown * random((1 - jitter)...(1 + jitter)))
+    }
+
+    /// Errors that another attempt will not change.
+    public static func isPermanent(_ error: BLEError) -> Bool {
+        error.code == .cb(.operationNotSupported) || error.code == .cb(.invalidParameters)
+    }
 }

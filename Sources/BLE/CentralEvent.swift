@@ -8,6 +8,8 @@ public enum CentralEvent: Sendable, Equatable {
     case advertisement(PeripheralInfo)
     /// `didConnect` / `didDisconnectPeripheral`; `error` is nil when this side disconnected.
     case connection(id: BluetoothAddress, state: PeripheralState, error: BLEError?)
+    /// A device kept connected (`autoReconnect`) lost its link: attempt `attempt` starts after `delay`.
+    case reconnecting(id: BluetoothAddress, attempt: Int, delay: Duration)
     /// `didUpdateValueFor`: a notification or indication, or the result of a read.
     case value(ValueUpdate)
 }

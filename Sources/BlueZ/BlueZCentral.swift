@@ -21,33 +21,39 @@ public final class BlueZCentral: Central {
 
     /// `onBusLost` runs once if the D-Bus connection itself goes (dbus-daemon stopped): nothing
     /// works after that until the program connects again.
-    public init(connection: Connection, adapter: String?, log: @escaping @Sendable (String) -> Void = { _ in },
-                onBusLost: @escaping @Sendable () -> Void = {}) {
+    public init(connection: Connection, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
+                log: @escaping @Sendable (String) -> Void = { _ in }, onBusLost: @escaping @Sendable () -> Void = {}) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
         let link = BusLink(connection: connection, tree: tree, index: index, events: events, log: log)
         let scanner = Scanner(link: link, events: events, log: log)
         let connector = Connector(link: link, events: events, list: scanner,
-                                  queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)), log: log)
+                                  queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)), policy: reconnectPolicy, log: log)
         self.link = link
         self.scanner = scanner
         self.connector = connector
-        gatt = GATTOperations(link: link, connector: connector)
+        let gatt = GATTOperations(link: link, connector: connector, log: log)
+        self.gatt = gatt
+        connector.setReconnectedHandler { id in Task { await gatt.resubscribe(id) } }
         link.setGoneHandler { [weak scanner] _ in scanner?.busGone() }
         link.watchConnection(onBusLost: onBusLost)
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
     }
 
-    /// Every change, to every part, in order: the index first, so that the others read it current.
+    /// Every change, to every part, in order: the index first, so that the others read it
+    /// current, and a new manager state before what follows from it.
     private func treeChanged(_ change: ObjectTree.Change) {
         link.index.update(change)
+        switch change {
+        case .reloaded, .added, .removed: link.reportStatus()
+        case .properties(_, let interface, _, _): if interface == BlueZ.adapterInterface { link.reportStatus() }
+        }
         scanner.observe(change)
         connector.observe(change)
         switch change {
         case .reloaded, .added, .removed:
-            link.reportStatus()
+            break
         case .properties(let path, let interface, let changed, _):
-            if interface == BlueZ.adapterInterface { link.reportStatus() }
             if interface == BlueZ.gattCharacteristicInterface, let value = changed["Value"]?.bytes,
                var update = link.index.source(ofCharacteristic: path) {
                 update.value = value
@@ -73,8 +79,10 @@ public final class BlueZCentral: Central {
     public var peripheralsVersion: UInt64? { scanner.version }
     public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try scanner.peripheral(id) }
 
-    public func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
-        try await connector.connect(id, timeout: timeout)
+    public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
+        let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect)
+        await gatt.resubscribe(id)
+        return info
     }
 
     public func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {

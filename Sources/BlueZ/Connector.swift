@@ -1,11 +1,14 @@
 import BLE
 import DBus
+import FoundationEssentials
 import Synchronization
 import Threading
 
 /// Connections: connect and disconnect with their deadlines and BlueZ's workarounds, which
-/// device is in transition, and what a lost link means (whose disconnection it was). The
-/// reconnect policy will live here.
+/// device is in transition, what a lost link means (whose disconnection it was), and keeping
+/// devices connected (`autoReconnect`): after an unexpected disconnection another attempt on
+/// the `ReconnectPolicy`'s schedule, until an explicit disconnect or an error that will not
+/// change.
 final class Connector: Sendable {
     private let link: BusLink
     private let events: HandlerSlot<CentralEvent>
@@ -16,19 +19,47 @@ final class Connector: Sendable {
     private let waiters = Waiters()
     /// Devices this side is disconnecting: their disconnection is no error.
     private let disconnecting = Mutex<Set<BluetoothAddress>>([])
-    /// The device list, which shows devices in transition.
+    /// The device list, which shows devices in transition and kept ones.
     private let list: Scanner
+    let policy: ReconnectPolicy
+    /// Devices kept connected, and where each stands.
+    private let kept = Mutex<[BluetoothAddress: Kept]>([:])
+    /// Devices whose link is up, as the tree last said: a reload that loses one is a disconnection.
+    private let up = Mutex<Set<BluetoothAddress>>([])
+    /// Runs after every reconnection this side made (restores notifications).
+    private let reconnected = HandlerSlot<BluetoothAddress>()
+
+    private struct Kept {
+        var attempt = 0
+        var nextAttempt: Date?
+        var lastError: BLEError?
+        /// The sleep before the next attempt.
+        var timer: Task<Void, Never>?
+        /// An attempt is running: a disconnection meanwhile is its own, not a new loss.
+        var attempting = false
+
+        var status: ReconnectStatus { ReconnectStatus(attempt: attempt, nextAttempt: nextAttempt, lastError: lastError) }
+    }
+
+    /// How long an attempt waits for the device to advertise when BlueZ no longer knows it
+    /// (bluetoothd restarted, or its temporary devices expired).
+    static let lookForDeadline: Duration = .seconds(10)
+    static let attemptTimeout: Duration = .seconds(30)
 
     static let disconnectDeadline: Duration = .seconds(10)
 
     init(link: BusLink, events: HandlerSlot<CentralEvent>, list: Scanner, queues: SerialQueues<BluetoothAddress>,
-         log: @escaping @Sendable (String) -> Void) {
+         policy: ReconnectPolicy = .standard, log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.events = events
         self.list = list
         self.queues = queues
+        self.policy = policy
         self.log = log
     }
+
+    /// Sets what runs (outside the device's turn) after each reconnection this side made.
+    func setReconnectedHandler(_ handler: @escaping @Sendable (BluetoothAddress) -> Void) { reconnected.set(handler) }
 
     private var tree: ObjectTree { link.tree }
     private var index: GATTIndex { link.index }
@@ -43,7 +74,27 @@ final class Connector: Sendable {
 
     // MARK: - Connect and disconnect
 
-    func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+    /// Connects; with `keep`, keeps the device connected from now on (a failed attempt is
+    /// tried again, unless it cannot succeed).
+    func connect(_ id: BluetoothAddress, timeout: Duration, keep: Bool) async throws(BLEError) -> PeripheralInfo {
+        if keep { startKeeping(id) }
+        do {
+            let info = try await connectOnce(id, timeout: timeout)
+            linkRestored(id)
+            return info
+        } catch {
+            guard keep, !ReconnectPolicy.isPermanent(error) else {
+                if keep { stopKeeping(id) }
+                throw error
+            }
+            scheduleAttempt(id, after: error)
+            var told = error
+            told.message += "; gattway keeps trying (autoReconnect)"
+            throw told
+        }
+    }
+
+    private func connectOnce(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
         _ = try link.usableAdapter()
         let path = try index.devicePath(id)
         return try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
@@ -84,6 +135,7 @@ final class Connector: Sendable {
     }
 
     func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        stopKeeping(id)
         let path = try index.devicePath(id)
         return try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
             if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
@@ -112,11 +164,31 @@ final class Connector: Sendable {
         return props?["Connected"]?.bool == true && props?["ServicesResolved"]?.bool == true
     }
 
-    /// A connected device's path, or `notConnected`.
+    /// A connected device's path, or `notConnected` (saying when a kept device tries again).
     func connectedPath(_ id: BluetoothAddress) throws(BLEError) -> ObjectPath {
-        let path = try index.devicePath(id)
-        guard isReady(path) else { throw BLEError(.notConnected, "\(id) is not connected; connect it first") }
+        let path: ObjectPath
+        do {
+            path = try index.devicePath(id)
+        } catch {
+            if let status = reconnectStatus(id) { throw BLEError(.notConnected, "\(id) is not connected; \(Self.describe(status))") }
+            throw error
+        }
+        guard isReady(path) else {
+            if let status = reconnectStatus(id) { throw BLEError(.notConnected, "\(id) is not connected; \(Self.describe(status))") }
+            throw BLEError(.notConnected, "\(id) is not connected; connect it first")
+        }
         return path
+    }
+
+    static func describe(_ status: ReconnectStatus) -> String {
+        var text = "reconnecting (attempt \(status.attempt)"
+        if let next = status.nextAttempt {
+            let seconds = max(0, next.timeIntervalSinceNow)
+            text += ", next try in \(Int(seconds.rounded(.up))) s"
+        } else {
+            text += ", under way"
+        }
+        return text + ")"
     }
 
     /// Reads Device1's properties into the mirror.
@@ -132,11 +204,13 @@ final class Connector: Sendable {
         switch change {
         case .reloaded:
             waiters.check { self.tree.properties(at: $0, BlueZ.deviceInterface) }
+            reconcileLinks()
         case .added(let p, _), .removed(let p, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
         case .properties(let p, let interface, let changed, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
             if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
+            if interface == BlueZ.adapterInterface, changed["Powered"]?.bool == true { retrySoon("the adapter is powered on") }
         }
     }
 
@@ -144,11 +218,144 @@ final class Connector: Sendable {
         guard let adapter = index.adapterPath(), path.parent == adapter,
               let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
         if connected {
+            up.withLock { _ = $0.insert(id) }
             events(.connection(id: id, state: .connected, error: nil))
         } else {
+            up.withLock { _ = $0.remove(id) }
             let ours = disconnecting.withLock { $0.remove(id) != nil }
-            events(.connection(id: id, state: .disconnected,
-                               error: ours ? nil : BLEError(.peripheralDisconnected, "\(id) disconnected")))
+            let error = ours ? nil : BLEError(.peripheralDisconnected, "\(id) disconnected")
+            events(.connection(id: id, state: .disconnected, error: error))
+            if let error { linkLost(id, error) }
+        }
+    }
+
+    /// After a reload (bluetoothd left or came back): a device whose link was up and no longer is
+    /// lost it; kept devices waiting for their next attempt try soon if Bluetooth is usable.
+    private func reconcileLinks() {
+        let lost = up.withLock { up -> [BluetoothAddress] in
+            let gone = up.filter { id in
+                guard let path = try? index.devicePath(id) else { return true }
+                return tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool != true
+            }
+            up.subtract(gone)
+            return Array(gone)
+        }
+        for id in lost.sorted() {
+            let error = BLEError(.peripheralDisconnected, "\(id) disconnected: bluetoothd's objects are gone")
+            events(.connection(id: id, state: .disconnected, error: error))
+            linkLost(id, error)
+        }
+        retrySoon("BlueZ's objects were reloaded")
+    }
+
+    // MARK: - Keeping devices connected
+
+    func reconnectStatus(_ id: BluetoothAddress) -> ReconnectStatus? { kept.withLock { $0[id]?.status } }
+
+    private func startKeeping(_ id: BluetoothAddress) {
+        let new = kept.withLock { k -> Bool in
+            guard k[id] == nil else { return false }
+            k[id] = Kept()
+            return true
+        }
+        if new { publish(id) }
+    }
+
+    private func stopKeeping(_ id: BluetoothAddress) {
+        let entry = kept.withLock { $0.removeValue(forKey: id) }
+        entry?.timer?.cancel()
+        if entry != nil { list.setReconnect(id, nil) }
+    }
+
+    private func publish(_ id: BluetoothAddress) { list.setReconnect(id, reconnectStatus(id)) }
+
+    /// The link came up through this side: the count starts again.
+    private func linkRestored(_ id: BluetoothAddress) {
+        kept.withLock { k in
+            k[id]?.timer?.cancel()
+            k[id]?.timer = nil
+            k[id]?.attempt = 0
+            k[id]?.lastError = nil
+            k[id]?.nextAttempt = nil
+        }
+        if reconnectStatus(id) != nil { publish(id) }
+    }
+
+    /// A kept device lost its link: schedule an attempt, unless one is running (its own failure
+    /// schedules the next).
+    private func linkLost(_ id: BluetoothAddress, _ error: BLEError) {
+        let schedule = kept.withLock { k -> Bool in
+            guard let entry = k[id] else { return false }
+            return !entry.attempting && entry.timer == nil
+        }
+        if schedule { scheduleAttempt(id, after: error) }
+    }
+
+    /// Kept devices waiting for their next attempt try now (Bluetooth just became usable).
+    private func retrySoon(_ why: String) {
+        guard link.status().state == .poweredOn else { return }
+        let waiting = kept.withLock { k in k.filter { !$0.value.attempting && $0.value.timer != nil }.map(\.key) }
+        for id in waiting.sorted() {
+            log("\(id): trying again now: \(why)")
+            scheduleAttempt(id, after: nil, delay: policy.first.lowerBound / 2)
+        }
+    }
+
+    private func scheduleAttempt(_ id: BluetoothAddress, after error: BLEError?, delay fixed: Double? = nil) {
+        let plan = kept.withLock { k -> (attempt: Int, delay: Double)? in
+            guard var entry = k[id] else { return nil }
+            entry.timer?.cancel()
+            entry.attempt += 1
+            let delay = fixed ?? policy.delay(attempt: entry.attempt)
+            if let error { entry.lastError = error }
+            entry.nextAttempt = Date().addingTimeInterval(delay)
+            entry.timer = Task { [weak self] in
+                do { try await Task.sleep(for: .milliseconds(Int(delay * 1000))) } catch { return }
+                await self?.attempt(id)
+            }
+            k[id] = entry
+            return (entry.attempt, delay)
+        }
+        guard let plan else { return }
+        publish(id)
+        log("\(id): reconnect attempt \(plan.attempt) in \(Self.seconds(.milliseconds(Int(plan.delay * 1000))))"
+            + (error.map { " after \($0.name): \($0.message)" } ?? ""))
+        events(.reconnecting(id: id, attempt: plan.attempt, delay: .milliseconds(Int(plan.delay * 1000))))
+    }
+
+    private func attempt(_ id: BluetoothAddress) async {
+        let go = kept.withLock { k -> Bool in
+            guard k[id] != nil else { return false }
+            k[id]?.timer = nil
+            k[id]?.nextAttempt = nil
+            k[id]?.attempting = true
+            return true
+        }
+        guard go else { return }
+        publish(id)
+        defer { kept.withLock { $0[id]?.attempting = false } }
+        do throws(BLEError) {
+            if (try? index.devicePath(id)) == nil {
+                // BlueZ forgot it (bluetoothd restarted): it must advertise again first.
+                _ = try link.usableAdapter()
+                guard await list.lookFor(id, within: Self.lookForDeadline) else {
+                    throw BLEError(.unknownDevice, "\(id) did not advertise within \(Self.seconds(Self.lookForDeadline))")
+                }
+            }
+            _ = try await connectOnce(id, timeout: Self.attemptTimeout)
+            guard reconnectStatus(id) != nil else { return }  // disconnected meanwhile: the caller's wish wins
+            log("\(id): reconnected")
+            linkRestored(id)
+            reconnected(id)
+        } catch {
+            guard reconnectStatus(id) != nil else { return }
+            if ReconnectPolicy.isPermanent(error) {
+                log("\(id): no more reconnect attempts: \(error)")
+                stopKeeping(id)
+                return
+            }
+            kept.withLock { $0[id]?.attempting = false }
+            scheduleAttempt(id, after: error)
         }
     }
 

@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Synchronization
 
 /// Reads, writes and notification subscriptions on a connected device's attributes. Each runs in
 /// the device's turn, resolves the attribute once through the index, checks its properties
@@ -7,13 +8,18 @@ import DBus
 final class GATTOperations: Sendable {
     private let link: BusLink
     private let connector: Connector
+    private let log: @Sendable (String) -> Void
+    /// Per device, the characteristics this side asked to notify: started again after a
+    /// reconnection or a bluetoothd restart lost them.
+    private let wanted = Mutex<[BluetoothAddress: Set<UInt16>]>([:])
 
     /// BlueZ's own ATT timeout is 30 s; an answer later than that will not come.
     static let gattDeadline: Duration = .seconds(30)
 
-    init(link: BusLink, connector: Connector) {
+    init(link: BusLink, connector: Connector, log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.connector = connector
+        self.log = log
     }
 
     private var tree: ObjectTree { link.tree }
@@ -72,15 +78,40 @@ final class GATTOperations: Sendable {
             // reconnect with nobody holding it); StartNotify needs the link.
             let (c, path, _) = try self.resolve(id, .handle(handle), connected: enabled)
             try c.requireNotifiable()
+            if !enabled { self.wanted.withLock { _ = $0[id]?.remove(handle) } }
             do throws(BLEError) {
                 _ = try await self.call(id, path, BlueZ.gattCharacteristicInterface, enabled ? "StartNotify" : "StopNotify", [])
             } catch where !enabled && (error.detail?.contains("No notify session started") ?? false) {
                 // Not subscribed by us: already off as far as this client is concerned.
             }
+            if enabled { self.wanted.withLock { _ = $0[id, default: []].insert(handle) } }
             if let props = try? await self.link.connection.getAllProperties(BlueZ.service, path, BlueZ.gattCharacteristicInterface) {
                 self.tree.refresh(path, BlueZ.gattCharacteristicInterface, props)
             }
             return self.tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["Notifying"]?.bool ?? enabled
+        }
+    }
+
+    /// After a (re)connection: every characteristic this side wanted notifying notifies again.
+    /// BlueZ keeps its own session across a link loss and enables it again itself (StartNotify
+    /// then answers InProgress until it has); after a bluetoothd restart the session is gone
+    /// and StartNotify makes a new one.
+    func resubscribe(_ id: BluetoothAddress) async {
+        let handles = wanted.withLock { $0[id] ?? [] }
+        for handle in handles.sorted() {
+            do {
+                _ = try await connector.inTurn(id) { () async throws(BLEError) -> Void in
+                    let (_, path, _) = try self.resolve(id, .handle(handle))
+                    guard self.tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["Notifying"]?.bool != true else { return }
+                    do throws(BLEError) {
+                        _ = try await self.call(id, path, BlueZ.gattCharacteristicInterface, "StartNotify", [])
+                    } catch where error.detail?.contains("InProgress") == true || error.detail?.contains("In Progress") == true {
+                    }
+                }
+                log("\(id): notifications of \(AttributeSelector.format(handle)) restored")
+            } catch {
+                log("\(id): cannot restore notifications of \(AttributeSelector.format(handle)): \(error)")
+            }
         }
     }
 

@@ -12,6 +12,11 @@ final class Scanner: Sendable {
     private let log: @Sendable (String) -> Void
     /// Devices being connected or disconnected right now (the connector says which).
     private let moving = Mutex<[BluetoothAddress: PeripheralState]>([:])
+    /// Devices the connector keeps connected, and where each stands: listed even when unseen.
+    private let reconnects = Mutex<[BluetoothAddress: ReconnectStatus]>([:])
+    /// Tasks waiting for a device to appear (`lookFor`), and whether this side started the
+    /// discovery they need.
+    private let lookers = Mutex<(waiting: [Int: (id: BluetoothAddress, continuation: CheckedContinuation<Bool, Never>)], next: Int, discovering: Bool)>(([:], 0, false))
     private let scan = Mutex(ScanState())
     /// Starting and stopping take several BlueZ calls each; one runs at a time, so that a stop
     /// cannot interleave with a start.
@@ -144,6 +149,63 @@ final class Scanner: Sendable {
         return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
     }
 
+    /// Waits until BlueZ knows `id` (it advertised), running a discovery of this side's own
+    /// meanwhile when no scan runs; false after `deadline`.
+    func lookFor(_ id: BluetoothAddress, within deadline: Duration) async -> Bool {
+        if (try? index.devicePath(id)) != nil { return true }
+        await startLooking()
+        let found = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let key = lookers.withLock { l -> Int in
+                l.next += 1
+                l.waiting[l.next] = (id, continuation)
+                return l.next
+            }
+            if (try? index.devicePath(id)) != nil { resolveLooker(key, true) }
+            Task { [weak self] in
+                try? await Task.sleep(for: deadline)
+                self?.resolveLooker(key, false)
+            }
+        }
+        await stopLookingIfDone()
+        return found
+    }
+
+    private func resolveLooker(_ key: Int, _ found: Bool) {
+        lookers.withLock { $0.waiting.removeValue(forKey: key) }?.continuation.resume(returning: found)
+    }
+
+    private func startLooking() async {
+        let start = lookers.withLock { l -> Bool in
+            defer { l.discovering = true }
+            return !l.discovering
+        }
+        guard start, !scan.withLock({ $0.scanning }), let adapter = index.adapterPath() else { return }
+        log("discovery started to find devices to reconnect")
+        do {
+            try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+                do throws(BLEError) {
+                    try await self.adapterCall(adapter, "StartDiscovery")
+                } catch where error.detail?.contains("InProgress") == true {
+                }
+            }
+        } catch {
+            log("cannot start discovery to reconnect: \(error)")
+        }
+    }
+
+    private func stopLookingIfDone() async {
+        let stop = lookers.withLock { l -> Bool in
+            guard l.waiting.isEmpty, l.discovering else { return false }
+            l.discovering = false
+            return true
+        }
+        guard stop, !scan.withLock({ $0.scanning }), let adapter = index.adapterPath() else { return }
+        try? await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+            guard !self.scan.withLock({ $0.scanning }) else { return }
+            try await self.adapterCall(adapter, "StopDiscovery")
+        }
+    }
+
     // MARK: - What the tree says
 
     /// Called by the tree's observer: a device that advertised (or changed) during a scan joins
@@ -162,7 +224,12 @@ final class Scanner: Sendable {
         case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
             if changed["Powered"]?.bool == false, p == index.adapterPath() { scan.withLock { $0.end() } }
             return
-        case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil: path = p
+        case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil:
+            path = p
+            if let address = DeviceProperties.address(interfaces[BlueZ.deviceInterface] ?? [:]) {
+                let found = lookers.withLock { l in l.waiting.filter { $0.value.id == address }.map(\.key) }
+                for key in found { resolveLooker(key, true) }
+            }
         case .properties(let p, let interface, _, _) where interface == BlueZ.deviceInterface: path = p
         default: return
         }
@@ -190,6 +257,12 @@ final class Scanner: Sendable {
 
     private func listChanged() { listVersion.add(1, ordering: .releasing) }
 
+    /// The connector's view of a kept device (nil: no longer kept).
+    func setReconnect(_ id: BluetoothAddress, _ status: ReconnectStatus?) {
+        reconnects.withLock { $0[id] = status }
+        listChanged()
+    }
+
     /// A device began (or, with nil, ended) connecting or disconnecting.
     func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) {
         moving.withLock { $0[id] = state }
@@ -201,9 +274,10 @@ final class Scanner: Sendable {
         guard let adapter = index.adapterPath() else { return [] }
         let seen = scan.withLock { $0.seen }
         let moving = self.moving.withLock { $0 }
+        let kept = reconnects.withLock { $0 }
         return tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
             guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
-            guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil else { return nil }
+            guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil || kept[address] != nil else { return nil }
             return info(path, props, lastSeen: seen[address], transition: moving[address])
         }.sorted { $0.id < $1.id }
     }
@@ -221,6 +295,7 @@ final class Scanner: Sendable {
         guard var info = DeviceProperties.peripheral(props, lastSeen: lastSeen) else { return nil }
         if let transition { info.state = transition }
         if info.state == .connected { info.mtu = index.mtu(path) }
+        info.reconnect = reconnects.withLock { $0[info.id] }
         return info
     }
 }

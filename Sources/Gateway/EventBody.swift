@@ -22,6 +22,9 @@ struct EventBody: Encodable {
     var peripheral: DeviceBody?
     // connection
     var error: ErrorBody.Content?
+    /// While reconnecting: the attempt, and the seconds until it starts.
+    var attempt: Int?
+    var retryIn: Double?
     // notification
     var service: Attribute?
     var characteristic: Attribute?
@@ -51,6 +54,10 @@ struct EventBody: Encodable {
         case .connection(_, let s, let e):
             state = s.name
             error = e.map { ErrorBody($0).error }
+        case .reconnecting(_, let n, let delay):
+            state = "reconnecting"
+            attempt = n
+            retryIn = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
         case .value(let v):
             service = Attribute(handle: handleText(v.serviceHandle), uuid: v.serviceUUID.uuidString)
             characteristic = Attribute(handle: handleText(v.characteristicHandle), uuid: v.characteristicUUID.uuidString)

@@ -43,7 +43,7 @@ final class HubEvent: Sendable {
             (type, device) = (.state, nil)
         case .advertisement(let p):
             (type, device) = (.advertisement, p.id)
-        case .connection(let id, _, _):
+        case .connection(let id, _, _), .reconnecting(let id, _, _):
             (type, device) = (.connection, id)
         case .value(let v):
             (type, device) = (.notification, v.device)

@@ -15,7 +15,8 @@ extension Gateway {
             guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
                 throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
             }
-            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000))))
+            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)),
+                                                             autoReconnect: body.autoReconnect ?? self.autoReconnect))
         })
         router.add("POST", device + "/disconnect", handle { request in
             DeviceBody(try await self.central.disconnect(try Self.deviceID(request)))

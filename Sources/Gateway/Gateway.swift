@@ -8,14 +8,19 @@ public final class Gateway: Sendable {
     let hub: EventHub
     let holds: NotificationHolds
     let streams: StreamLimit
+    /// Whether a connect without `autoReconnect` keeps the device connected.
+    let autoReconnect: Bool
     /// `GET /v1/devices`, encoded compact, while the device list stays the same.
     private let deviceList = EncodedCache()
 
     /// - Parameters:
     ///   - keepAliveInterval: how often an SSE stream gets a comment, so that proxies keep it open.
     ///   - maxStreams: event streams (SSE and WebSocket) open at once; more are answered 503.
-    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000) {
+    ///   - autoReconnect: the default of a connect's `autoReconnect`.
+    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000,
+                autoReconnect: Bool = false) {
         self.central = central
+        self.autoReconnect = autoReconnect
         self.version = version
         hub = EventHub(keepAliveInterval: keepAliveInterval)
         streams = StreamLimit(limit: maxStreams)

@@ -72,8 +72,11 @@ struct DeviceBody: Encodable {
     /// While connected: the ATT MTU and `maximumWriteValueLength` for both write types.
     var mtu: Int?
     var maximumWriteValueLength: WriteLengths?
+    /// While gattway keeps the device connected (`autoReconnect`).
+    var reconnect: ReconnectBody?
 
     init(_ p: PeripheralInfo) {
+        reconnect = p.reconnect.map(ReconnectBody.init)
         if p.state == .connected {
             mtu = p.mtu
             maximumWriteValueLength = WriteLengths(mtu: p.mtu)
@@ -91,6 +94,21 @@ struct DeviceBody: Encodable {
 }
 
 struct DeviceList: Encodable { var devices: [DeviceBody] }
+
+/// A kept device's reconnection: attempts since its link was last up, when the next starts,
+/// and why the link went down or the last attempt failed.
+struct ReconnectBody: Encodable {
+    var autoReconnect = true
+    var attempt: Int
+    var nextAttempt: Date?
+    var lastError: ErrorBody.Content?
+
+    init(_ status: ReconnectStatus) {
+        attempt = status.attempt
+        nextAttempt = status.nextAttempt
+        lastError = status.lastError.map { ErrorBody($0).error }
+    }
+}
 
 // MARK: - Scanning
 
@@ -306,7 +324,10 @@ struct WriteLengths: Encodable {
 
 struct ConnectRequest: StrictDecodable {
     var timeout: Double?
-    enum CodingKeys: String, CodingKey, CaseIterable { case timeout }
+    /// Keep the device connected: reconnect after an unexpected disconnection (default: the
+    /// gateway's `--auto-reconnect`).
+    var autoReconnect: Bool?
+    enum CodingKeys: String, CodingKey, CaseIterable { case timeout, autoReconnect }
 }
 
 struct ValueBody: Encodable {

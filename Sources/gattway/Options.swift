@@ -13,6 +13,8 @@ struct Options {
     var maxConnections = 12_000
     /// Event streams (SSE and WebSocket) open at once; more get 503.
     var maxStreams = 10_000
+    /// Whether a connect that does not say keeps the device connected.
+    var autoReconnect = false
 
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
@@ -38,12 +40,17 @@ struct Options {
       --max-streams N      event streams (SSE and WebSocket) open at once (default 10000), at
                            most --max-connections; past it a new stream gets 503 with
                            Retry-After while other requests are still served
+      --auto-reconnect     keep every connected device connected unless its connect says
+                           "autoReconnect": false: after an unexpected disconnection, try again
+                           after 1-5 s, then with backoff up to 60 s (default: only devices
+                           connected with "autoReconnect": true)
       --help               this text
       --version            the version
 
     Environment:
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
-      GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin")
+      GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
+      GATTWAY_AUTO_RECONNECT (1 or true)
                                 defaults for the options above; flags win
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
@@ -64,6 +71,7 @@ struct Options {
             if let simulate = environment("GATTWAY_SIMULATE"), !simulate.isEmpty {
                 options.simulate = .some(simulate == "builtin" ? nil : simulate)
             }
+            if let auto = environment("GATTWAY_AUTO_RECONNECT") { options.autoReconnect = ["1", "true", "yes"].contains(auto.lowercased()) }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -100,6 +108,7 @@ struct Options {
                         throw UsageError("--max-streams takes a number from 0 to 1000000")
                     }
                     options.maxStreams = n
+                case "--auto-reconnect": options.autoReconnect = true
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -89,7 +89,8 @@ func run(_ options: Options) async -> Int32 {
     }
     let maxStreams = min(options.maxStreams, maxConnections)
     let gateway = Gateway(central: central, version: gattwayVersion,
-                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams)
+                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams,
+                          autoReconnect: options.autoReconnect)
     let router = gateway.router()
     let server: Server
     do {

@@ -133,7 +133,7 @@ private func isValue(_ id: BluetoothAddress, _ characteristic: String) -> EventL
         }
         #expect(read?.code == .cb(.notConnected))
         // An explicit disconnect is no error.
-        _ = try await rig.central.connect(CentralRig.hr, timeout: .seconds(20))
+        _ = try await rig.central.connect(CentralRig.hr, timeout: .seconds(20), autoReconnect: false)
         let since = rig.events.recorded
         _ = try await rig.central.disconnect(CentralRig.hr)
         let ours = try await rig.events.wait(since: since) {

@@ -18,16 +18,19 @@ final class CentralRig: Sendable {
     static let hr = BluetoothAddress("F0:00:00:00:00:01")!
     static let serial = BluetoothAddress("F0:00:00:00:00:02")!
 
-    private init(_ configuration: SimulatorConfiguration) throws {
+    /// Reconnection on a test's time scale: 50–100 ms, doubling up to 400 ms.
+    static let quick = ReconnectPolicy(first: 0.05...0.1, factor: 2, jitter: 0.2, maximum: 0.4)
+
+    private init(_ configuration: SimulatorConfiguration, policy: ReconnectPolicy) throws {
         bus = try PrivateBus()
         server = try Connection(address: bus.address)
         simulator = Simulator(connection: server, configuration: configuration)
         client = try Connection(address: bus.address)
-        central = BlueZCentral(connection: client, adapter: nil)
+        central = BlueZCentral(connection: client, adapter: nil, reconnectPolicy: policy)
     }
 
-    static func start(_ configuration: SimulatorConfiguration = .builtIn) async throws -> CentralRig {
-        let rig = try CentralRig(configuration)
+    static func start(_ configuration: SimulatorConfiguration = .builtIn, policy: ReconnectPolicy = quick) async throws -> CentralRig {
+        let rig = try CentralRig(configuration, policy: policy)
         rig.central.setEventHandler { [events = rig.events] in events.append($0) }
         try await rig.simulator.start()
         await rig.central.start()
@@ -35,14 +38,15 @@ final class CentralRig: Sendable {
     }
 
     /// Scans until `ids` are known, then connects them.
-    static func connected(_ ids: [BluetoothAddress], _ configuration: SimulatorConfiguration = .builtIn) async throws -> CentralRig {
-        let rig = try await start(configuration)
+    static func connected(_ ids: [BluetoothAddress], _ configuration: SimulatorConfiguration = .builtIn,
+                          autoReconnect: Bool = false, policy: ReconnectPolicy = quick) async throws -> CentralRig {
+        let rig = try await start(configuration, policy: policy)
         _ = try await rig.central.startScan(ScanOptions())
         for id in ids {
             _ = try await rig.events.wait { if case .advertisement(let p) = $0 { p.id == id } else { false } }
         }
         _ = try await rig.central.stopScan()
-        for id in ids { _ = try await rig.central.connect(id, timeout: .seconds(20)) }
+        for id in ids { _ = try await rig.central.connect(id, timeout: .seconds(20), autoReconnect: autoReconnect) }
         return rig
     }
 
@@ -99,7 +103,8 @@ final class EventLog: Sendable {
 
     /// The first event that matches, among those recorded from the `since`-th on (pass
     /// `recorded` to wait for a new one), or `Timeout` after `timeout`.
-    func wait(since: Int = 0, timeout: Duration = .seconds(10), _ match: @escaping Match) async throws -> CentralEvent {
+    func wait(since: Int = 0, timeout: Duration = .seconds(10), what: String = "an event",
+              _ match: @escaping Match) async throws -> CentralEvent {
         let found = await withCheckedContinuation { (continuation: CheckedContinuation<CentralEvent?, Never>) in
             let (earlier, id) = state.withLock { s -> (CentralEvent?, Int) in
                 if let hit = s.events.dropFirst(since).first(where: match) { return (hit, -1) }
@@ -113,7 +118,7 @@ final class EventLog: Sendable {
                 self.state.withLock { $0.waiters.removeValue(forKey: id) }?.continuation.resume(returning: nil)
             }
         }
-        guard let found else { throw Timeout(what: "an event") }
+        guard let found else { throw Timeout(what: what) }
         return found
     }
 

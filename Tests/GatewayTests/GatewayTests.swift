@@ -57,7 +57,7 @@ final class FakeCentral: Central {
     ]
     let writes = Mutex<[(UInt16, [UInt8], WriteType)]>([])
 
-    func connect(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo { try await peripheral(id) }
+    func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo { try await peripheral(id) }
     func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { device }
     func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService] {
         _ = try await peripheral(id)
@@ -367,7 +367,7 @@ extension Reply {
         #expect(known(ScanRequest.self) == "active, allowDuplicates, manufacturerData, name, namePrefix, rssi, serviceData, services, timeout")
         #expect(known(ManufacturerDataFilterBody.self) == "companyIdentifier, dataPrefix, mask")
         #expect(known(ServiceDataFilterBody.self) == "dataPrefix, mask, service")
-        #expect(known(ConnectRequest.self) == "timeout")
+        #expect(known(ConnectRequest.self) == "autoReconnect, timeout")
         #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
         #expect(known(WebSocketSession.Command.self)
                 == "characteristic, device, format, id, offset, op, subscription, types, value, withResponse")

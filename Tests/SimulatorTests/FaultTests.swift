@@ -172,11 +172,14 @@ import Testing
                                                  member: "NameOwnerChanged", arg0: "org.bluez")) { signal in
             changed.yield(signal.body.count > 2 ? signal.body[2].string ?? "" : "")
         }
+        let mark = sim.mark
         _ = try await sim.control("Restart", [.uint32(200)])
         var next = owners.makeAsyncIterator()
         #expect(await next.next() == "")  // gone
         let back = await next.next()
         #expect(back == sim.server.uniqueName)
+        // As bluetoothd does, the adapter is announced once the name is taken.
+        try await sim.signal(after: mark) { $0.adds(Sim.adapter) }
         let objects = try await sim.managedObjects()
         #expect(objects[ObjectPath(Sim.adapter)!]?[Interface.adapter] != nil)
         #expect(objects[ObjectPath(Sim.devicePath(Sim.hr))!] == nil, "an unpaired device is forgotten")

@@ -1,0 +1,150 @@
+import BLE
+import DBus
+import Simulator
+import Testing
+@testable import BlueZ
+
+private let serialCharacteristic = CharacteristicRef(.uuid(BluetoothUUID("ffe1")!))
+
+private func connection(_ id: BluetoothAddress, _ state: PeripheralState) -> EventLog.Match {
+    { if case .connection(id, state, _) = $0 { true } else { false } }
+}
+
+private func reconnecting(_ id: BluetoothAddress) -> EventLog.Match {
+    { if case .reconnecting(id, _, _) = $0 { true } else { false } }
+}
+
+private func value(_ bytes: [UInt8]) -> EventLog.Match {
+    { if case .value(let v) = $0 { v.value == bytes } else { false } }
+}
+
+/// Keeping devices connected (`autoReconnect`), against the simulator's faults.
+@Suite(.serialized) struct ReconnectTests {
+    /// Subscribes to the serial module's notifications and checks one arrives.
+    private func subscribe(_ rig: CentralRig) async throws {
+        let handle = try await rig.central.characteristic(CentralRig.serial, serialCharacteristic).handle
+        #expect(try await rig.central.setNotifyValue(true, CentralRig.serial, characteristic: handle))
+        try await expectNotification(rig, [0xA0])
+    }
+
+    /// The peripheral notifies every 50 ms, as a sensor would, until gattway hears one: after a
+    /// reconnection the notifications it restores start when BlueZ has written the CCCD again.
+    private func expectNotificationsResume(_ rig: CentralRig, deadline: Duration = .seconds(10)) async throws {
+        let end = ContinuousClock.now + deadline
+        var n: UInt8 = 0
+        while ContinuousClock.now < end {
+            n &+= 1
+            let since = rig.events.recorded
+            try await rig.notify(CentralRig.serial, "ffe1", [0xB0, n])
+            if (try? await rig.events.wait(since: since, timeout: .milliseconds(50), what: "a notification", value([0xB0, n]))) != nil { return }
+        }
+        Issue.record("no notification within \(deadline) of the reconnection")
+    }
+
+    private func expectNotification(_ rig: CentralRig, _ bytes: [UInt8]) async throws {
+        let since = rig.events.recorded
+        try await rig.notify(CentralRig.serial, "ffe1", bytes)
+        _ = try await rig.events.wait(since: since, what: "the notification \(bytes)", value(bytes))
+    }
+
+    @Test func aLostLinkIsReconnectedAndNotificationsFlowAgain() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true)
+        defer { rig.close() }
+        try await subscribe(rig)
+        let since = rig.events.recorded
+        try await rig.control("DropLink", [.string(CentralRig.serial.description)])
+        let back = try await rig.events.wait(since: since, connection(CentralRig.serial, .connected))
+        // In order: the loss with its error, the attempt announced, the link back.
+        let seen = rig.events.all.dropFirst(since).prefix { $0 != back } + [back]
+        let kinds = seen.compactMap { event -> String? in
+            switch event {
+            case .connection(CentralRig.serial, .disconnected, let error?) where error.code == .cb(.peripheralDisconnected): "lost"
+            case .reconnecting(CentralRig.serial, 1, let delay) where delay <= .milliseconds(100): "attempt 1"
+            case .connection(CentralRig.serial, .connected, nil): "connected"
+            default: nil
+            }
+        }
+        #expect(kinds == ["lost", "attempt 1", "connected"])
+        try await expectNotificationsResume(rig)
+        #expect(try await rig.central.peripheral(CentralRig.serial).reconnect != nil, "still kept")
+    }
+
+    @Test func anExplicitDisconnectIsNeverRetried() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true)
+        defer { rig.close() }
+        let since = rig.events.recorded
+        _ = try await rig.central.disconnect(CentralRig.serial)
+        _ = try await rig.events.wait(since: since, connection(CentralRig.serial, .disconnected))
+        // Absence has no event: wait out three of the quick policy's longest delays.
+        try await Task.sleep(for: .milliseconds(1200))
+        #expect(rig.events.count { if case .reconnecting = $0 { true } else { false } } == 0)
+        #expect(try await rig.central.peripheral(CentralRig.serial).state == .disconnected)
+        #expect(try await rig.central.peripheral(CentralRig.serial).reconnect == nil)
+    }
+
+    @Test func aDeviceNotKeptIsNotReconnected() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: false)
+        defer { rig.close() }
+        let since = rig.events.recorded
+        try await rig.control("DropLink", [.string(CentralRig.serial.description)])
+        _ = try await rig.events.wait(since: since, connection(CentralRig.serial, .disconnected))
+        try await Task.sleep(for: .milliseconds(1200))  // as above: nothing may follow
+        #expect(rig.events.count(reconnecting(CentralRig.serial)) == 0)
+    }
+
+    @Test func requestsWhileReconnectingSaySo() async throws {
+        let slow = ReconnectPolicy(first: 30...30, factor: 2, jitter: 0, maximum: 60)
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true, policy: slow)
+        defer { rig.close() }
+        let since = rig.events.recorded
+        try await rig.control("DropLink", [.string(CentralRig.serial.description)])
+        _ = try await rig.events.wait(since: since, reconnecting(CentralRig.serial))
+        let refused = await #expect(throws: BLEError.self) {
+            _ = try await rig.central.readValue(CentralRig.serial, serialCharacteristic, offset: 0)
+        }
+        #expect(refused?.code == .cb(.notConnected))
+        #expect(refused?.message.contains("reconnecting (attempt 1, next try in 30 s)") == true, "\(refused?.message ?? "")")
+        let listed = try await rig.central.peripheral(CentralRig.serial).reconnect
+        #expect(listed?.attempt == 1)
+        #expect(listed?.lastError?.code == .cb(.peripheralDisconnected))
+    }
+
+    @Test func afterABluetoothdRestartTheDeviceAndItsNotificationsComeBack() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true)
+        defer { rig.close() }
+        try await subscribe(rig)
+        let since = rig.events.recorded
+        try await rig.control("Restart", [.uint32(300)])
+        _ = try await rig.events.wait(since: since, what: "unsupported") { if case .state(let s) = $0 { s.state == .unsupported } else { false } }
+        _ = try await rig.events.wait(since: since, what: "disconnected", connection(CentralRig.serial, .disconnected))
+        _ = try await rig.events.wait(since: since, timeout: .seconds(20), what: "connected", connection(CentralRig.serial, .connected))
+        // bluetoothd's notify session died with it: gattway made a new one.
+        try await expectNotificationsResume(rig)
+        #expect(await rig.central.status().state == .poweredOn)
+    }
+
+    @Test func anAdapterPoweredOffAndOnReconnects() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true)
+        defer { rig.close() }
+        try await subscribe(rig)
+        let since = rig.events.recorded
+        try await rig.control("SetPowered", [.bool(false)])
+        _ = try await rig.events.wait(since: since, connection(CentralRig.serial, .disconnected))
+        _ = try await rig.events.wait(since: since) { if case .state(let s) = $0 { s.state == .poweredOff } else { false } }
+        try await rig.control("SetPowered", [.bool(true)])
+        _ = try await rig.events.wait(since: since, timeout: .seconds(10), connection(CentralRig.serial, .connected))
+        try await expectNotificationsResume(rig)
+    }
+
+    @Test func backoffGrowsAndStaysBounded() {
+        let policy = ReconnectPolicy.standard
+        #expect(policy.delay(attempt: 1) { $0.lowerBound } == 1)
+        #expect(policy.delay(attempt: 1) { $0.upperBound } == 5)
+        #expect(policy.delay(attempt: 2) { _ in 1 } == 10)
+        #expect(policy.delay(attempt: 3) { _ in 1 } == 20)
+        #expect(policy.delay(attempt: 4) { _ in 1 } == 40)
+        #expect(policy.delay(attempt: 5) { _ in 1 } == 60)
+        #expect(policy.delay(attempt: 50) { $0.upperBound } == 60)
+        #expect(policy.delay(attempt: 3) { $0.lowerBound } == 16)
+    }
+}
