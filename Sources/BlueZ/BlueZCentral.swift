@@ -15,17 +15,23 @@ import Threading
 public final class BlueZCentral: Central {
     private let events = HandlerSlot<CentralEvent>()
     let link: BusLink
-    private let scanner: Scanner
+    let scanner: Scanner
     private let connector: Connector
     private let gatt: GATTOperations
 
-    /// `onBusLost` runs once if the D-Bus connection itself goes (dbus-daemon stopped): nothing
-    /// works after that until the program connects again.
-    public init(connection: Connection, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
-                log: @escaping @Sendable (String) -> Void = { _ in }, onBusLost: @escaping @Sendable () -> Void = {}) {
+    /// A central on the bus at `address` (the system bus's, usually). Without a bus at start, or
+    /// after it went away, it reports `unsupported` and connects again with backoff.
+    public convenience init(busAddress address: String, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
+                            log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, log: log) { () throws(BusError) in try Connection(address: address) }
+    }
+
+    /// `connect` opens a bus connection; it is called at start and again after the bus went away.
+    public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, log: @escaping @Sendable (String) -> Void = { _ in },
+                connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
-        let link = BusLink(connection: connection, tree: tree, index: index, events: events, log: log)
+        let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
         let scanner = Scanner(link: link, events: events, log: log)
         let connector = Connector(link: link, events: events, list: scanner,
                                   queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)), policy: reconnectPolicy, log: log)
@@ -35,8 +41,6 @@ public final class BlueZCentral: Central {
         let gatt = GATTOperations(link: link, connector: connector, log: log)
         self.gatt = gatt
         connector.setReconnectedHandler { id in Task { await gatt.resubscribe(id) } }
-        link.setGoneHandler { [weak scanner] _ in scanner?.busGone() }
-        link.watchConnection(onBusLost: onBusLost)
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
     }
 
@@ -64,8 +68,12 @@ public final class BlueZCentral: Central {
 
     public func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) { events.set(handler) }
 
-    /// Subscribes to BlueZ's signals, then loads its objects. Problems show in `status()`.
+    /// Connects to the bus, subscribes to BlueZ's signals, then loads its objects. Problems show
+    /// in `status()`.
     public func start() async { await link.start() }
+
+    /// Lets go of the bus (shutdown).
+    public func close() { link.close() }
 
     // MARK: - Central
 

@@ -3,11 +3,17 @@ import DBus
 import Synchronization
 import Threading
 
-/// gattway's link to bluetoothd over D-Bus: the signal subscriptions, loading the object tree
-/// (again when bluetoothd comes back), whether org.bluez is there at all, and the manager state
-/// that follows from it and from the adapter.
+/// gattway's link to bluetoothd over D-Bus: the bus connection (made again, with backoff, when
+/// the bus is missing at start or goes away later), the signal subscriptions, loading the object
+/// tree (again when bluetoothd comes back), whether org.bluez is there at all, and the manager
+/// state that follows from it and from the adapter.
 final class BusLink: Sendable {
-    let connection: Connection
+    /// Opens a connection to the bus (it is called again after the bus went away).
+    private let connect: @Sendable () throws(BusError) -> Connection
+    private let current = Mutex<Connection?>(nil)
+    /// Attempts to reach the bus since it was last up, and the sleep before the next.
+    private let busRetry = Mutex<(attempt: Int, timer: Task<Void, Never>?, next: ContinuousClock.Instant?)>((0, nil, nil))
+    private let closed = Atomic<Bool>(false)
     let tree: ObjectTree
     let index: GATTIndex
     private let log: @Sendable (String) -> Void
@@ -18,7 +24,6 @@ final class BusLink: Sendable {
     /// Loads run one after another: two at once would let the later snapshot overwrite signals
     /// applied after the earlier one.
     private let loads = SerialQueues<Int>(maxWaiting: 8, maxWait: nil)
-    private let goneHandler = HandlerSlot<Void>()
 
     /// How long a discovery call may take before it counts as failed.
     static let callDeadline: Duration = .seconds(10)
@@ -28,33 +33,47 @@ final class BusLink: Sendable {
         case ready
         case absent
         case failed(BusError)
+        /// No bus connection.
+        case noBus(BusError)
     }
 
-    init(connection: Connection, tree: ObjectTree, index: GATTIndex, events: HandlerSlot<CentralEvent>,
-         log: @escaping @Sendable (String) -> Void) {
-        self.connection = connection
+    init(connect: @escaping @Sendable () throws(BusError) -> Connection, tree: ObjectTree, index: GATTIndex,
+         events: HandlerSlot<CentralEvent>, log: @escaping @Sendable (String) -> Void) {
+        self.connect = connect
         self.tree = tree
         self.index = index
         self.events = events
         self.log = log
     }
 
-    /// Runs when org.bluez leaves the bus (bluetoothd stopped).
-    func setGoneHandler(_ handler: @escaping @Sendable (()) -> Void) { goneHandler.set(handler) }
+    // MARK: - The bus
 
-    /// `onBusLost` runs once if the D-Bus connection itself goes (dbus-daemon stopped).
-    func watchConnection(onBusLost: @escaping @Sendable () -> Void) {
-        connection.setDisconnectHandler { [weak self] in
-            guard let self else { return }
-            self.log("the D-Bus connection is lost")
-            self.bus.withLock { $0 = .failed(BusError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the D-Bus connection is lost")) }
-            self.reportStatus()
-            onBusLost()
-        }
+    /// The bus connection, while there is one.
+    var connection: Connection? { current.withLock { $0 } }
+
+    /// A method call on the current bus connection; without one, `Disconnected` at once.
+    func call(_ message: Message, timeout: Duration) async throws(BusError) -> Message {
+        guard let connection else { throw Self.noBus }
+        return try await connection.call(message, timeout: timeout)
     }
 
-    /// Subscribes to BlueZ's signals, then loads its objects. Problems show in `status()`.
+    func getAllProperties(_ path: ObjectPath, _ interface: String) async throws(BusError) -> [String: Value] {
+        guard let connection else { throw Self.noBus }
+        return try await connection.getAllProperties(BlueZ.service, path, interface)
+    }
+
+    private static let noBus = BusError(name: "org.freedesktop.DBus.Error.Disconnected", message: "not connected to the D-Bus system bus")
+
+    /// Connects to the bus, subscribes to BlueZ's signals, then loads its objects. Problems show
+    /// in `status()`; without a bus, it tries again with backoff (0.5 s doubling to 30 s).
     func start() async {
+        let connection: Connection
+        do {
+            connection = try connect()
+        } catch {
+            busMissing(error)
+            return
+        }
         let objectManager = MatchRule(sender: BlueZ.service, interface: Connection.objectManagerInterface)
         let properties = MatchRule(sender: BlueZ.service, pathNamespace: BlueZ.root,
                                    interface: Connection.propertiesInterface, member: "PropertiesChanged")
@@ -68,11 +87,61 @@ final class BusLink: Sendable {
                 self?.ownerChanged(newOwner)
             }
         } catch {
-            bus.withLock { $0 = .failed(error) }
-            log("cannot subscribe to BlueZ signals: \(error)")
+            connection.close()
+            busMissing(error)
             return
         }
+        connection.setDisconnectHandler { [weak self] in self?.busLost() }
+        guard !closed.load(ordering: .acquiring) else { return connection.close() }
+        current.withLock { $0 = connection }
+        let attempts = busRetry.withLock { r -> Int in
+            defer { r.attempt = 0; r.next = nil }
+            return r.attempt
+        }
+        if attempts > 0 { log("connected to the D-Bus system bus again") }
         await reload()
+    }
+
+    /// The bus connection went away (dbus-daemon stopped or restarted): everything BlueZ said is
+    /// void; connect again.
+    private func busLost() {
+        guard !closed.load(ordering: .acquiring) else { return }
+        log("the D-Bus connection is lost; connecting again")
+        current.withLock { c in defer { c = nil }; return c }?.close()
+        bus.withLock { $0 = .noBus(Self.noBus) }
+        tree.clear()
+        reportStatus()
+        scheduleBusRetry()
+    }
+
+    private func busMissing(_ error: BusError) {
+        bus.withLock { $0 = .noBus(error) }
+        reportStatus()
+        let attempt = busRetry.withLock { $0.attempt }
+        if attempt == 0 { log("cannot connect to the D-Bus system bus: \(error); trying again") }
+        scheduleBusRetry()
+    }
+
+    private func scheduleBusRetry() {
+        guard !closed.load(ordering: .acquiring) else { return }
+        busRetry.withLock { r in
+            r.timer?.cancel()
+            r.attempt += 1
+            let delay = Duration.milliseconds(min(30_000, 500 << min(r.attempt - 1, 6)))
+            r.next = .now + delay
+            r.timer = Task { [weak self] in
+                do { try await Task.sleep(for: delay) } catch { return }
+                await self?.start()
+            }
+        }
+        reportStatus()
+    }
+
+    /// Stops using the bus (shutdown).
+    func close() {
+        closed.store(true, ordering: .releasing)
+        busRetry.withLock { $0.timer?.cancel() }
+        current.withLock { c in defer { c = nil }; return c }?.close()
     }
 
     private func ownerChanged(_ newOwner: String) {
@@ -81,7 +150,6 @@ final class BusLink: Sendable {
             bus.withLock { $0 = .absent }
             tree.clear()
             reportStatus()
-            goneHandler(())
         } else {
             log("org.bluez is back on the bus (\(newOwner)); reloading its objects")
             Task { await self.reload() }
@@ -100,7 +168,7 @@ final class BusLink: Sendable {
     private func loadObjects() async {
         tree.beginLoading()
         do {
-            let reply = try await connection.call(.methodCall(destination: BlueZ.service, path: .root,
+            let reply = try await call(.methodCall(destination: BlueZ.service, path: .root,
                                                               interface: Connection.objectManagerInterface,
                                                               member: "GetManagedObjects"), timeout: Self.callDeadline)
             var objects: [ObjectPath: ObjectTree.Interfaces] = [:]
@@ -115,6 +183,7 @@ final class BusLink: Sendable {
             let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
             let hadObjects = bus.withLock { state -> Bool in
                 if case .ready = state, !absent { return true }
+                if case .noBus = state { return false }
                 state = absent ? .absent : .failed(error)
                 return false
             }
@@ -152,6 +221,13 @@ final class BusLink: Sendable {
             return ManagerStatus(state: .unauthorized, reason: "the D-Bus policy denies access to org.bluez: \(error.message)")
         case .failed(let error):
             return ManagerStatus(state: .unknown, reason: "BlueZ did not answer: \(error)")
+        case .noBus(let error):
+            var reason = "the D-Bus system bus is not reachable (\(error.message))"
+            if let next = busRetry.withLock({ $0.next }) {
+                let ms = max(0, (next - .now).components.seconds * 1000 + (next - .now).components.attoseconds / 1_000_000_000_000_000)
+                reason += "; trying again in \((ms + 999) / 1000) s"
+            }
+            return ManagerStatus(state: .unsupported, reason: reason)
         case .ready:
             break
         }

@@ -63,7 +63,6 @@ final class Connector: Sendable {
 
     private var tree: ObjectTree { link.tree }
     private var index: GATTIndex { link.index }
-    private var connection: Connection { link.connection }
 
     private func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) { list.setTransition(id, state) }
 
@@ -105,7 +104,7 @@ final class Connector: Sendable {
             let deadline = ContinuousClock.now + timeout
             log("\(id): connecting (timeout \(timeout))")
             do throws(BusError) {
-                _ = try await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
                                                           member: "Connect"), timeout: timeout)
             } catch where Self.isTimeout(error) {
                 await abortConnection(path)
@@ -143,7 +142,7 @@ final class Connector: Sendable {
                 disconnecting.withLock { _ = $0.insert(id) }
                 defer { setTransition(id, nil) }
                 do throws(BusError) {
-                    _ = try await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                    _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
                                                               member: "Disconnect"), timeout: Self.disconnectDeadline)
                 } catch {
                     throw ErrorMapping.map(error, context: .device)
@@ -193,7 +192,7 @@ final class Connector: Sendable {
 
     /// Reads Device1's properties into the mirror.
     func refreshDevice(_ path: ObjectPath) async {
-        if let props = try? await connection.getAllProperties(BlueZ.service, path, BlueZ.deviceInterface) {
+        if let props = try? await link.getAllProperties(path, BlueZ.deviceInterface) {
             tree.refresh(path, BlueZ.deviceInterface, props)
         }
     }
@@ -400,7 +399,7 @@ final class Connector: Sendable {
         if let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) {
             disconnecting.withLock { _ = $0.insert(id) }
         }
-        _ = try? await connection.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+        _ = try? await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
                                                    member: "Disconnect"), timeout: Self.disconnectDeadline)
         await refreshDevice(path)
     }

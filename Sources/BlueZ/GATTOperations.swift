@@ -85,7 +85,7 @@ final class GATTOperations: Sendable {
                 // Not subscribed by us: already off as far as this client is concerned.
             }
             if enabled { self.wanted.withLock { _ = $0[id, default: []].insert(handle) } }
-            if let props = try? await self.link.connection.getAllProperties(BlueZ.service, path, BlueZ.gattCharacteristicInterface) {
+            if let props = try? await self.link.getAllProperties(path, BlueZ.gattCharacteristicInterface) {
                 self.tree.refresh(path, BlueZ.gattCharacteristicInterface, props)
             }
             return self.tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["Notifying"]?.bool ?? enabled
@@ -151,7 +151,7 @@ final class GATTOperations: Sendable {
     private func call(_ id: BluetoothAddress, _ path: ObjectPath, _ interface: String, _ member: String,
                       _ body: [Value]) async throws(BLEError) -> Message {
         do {
-            return try await link.connection.call(.methodCall(destination: BlueZ.service, path: path, interface: interface,
+            return try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: interface,
                                                               member: member, body), timeout: Self.gattDeadline)
         } catch {
             throw await connector.interpret(error, id)

@@ -5,7 +5,10 @@ import Synchronization
 import Threading
 
 /// Discovery: the scan and its filters (pushed down to BlueZ where it can take them, the rest
-/// applied here), the devices it found, and the device list that `GET /v1/devices` shows.
+/// applied here), the devices it found, and the device list that `GET /v1/devices` shows. A
+/// scan lasts until it is stopped (or its timeout): when BlueZ's discovery ends without that
+/// (the adapter reset or powered off and on, another client, bluetoothd restarting, the bus
+/// coming back) it is started again.
 final class Scanner: Sendable {
     private let link: BusLink
     private let events: HandlerSlot<CentralEvent>
@@ -23,6 +26,8 @@ final class Scanner: Sendable {
     private let calls = SerialQueues<Int>(maxWaiting: 64, maxWait: .seconds(60))
     /// Bumped by every change that can change `peripherals()`.
     private let listVersion = Atomic<UInt64>(0)
+    /// Restarts of a discovery that ended by itself, and the one scheduled.
+    private let restarts = Mutex<(count: Int, failures: Int, timer: Task<Void, Never>?)>((0, 0, nil))
 
     private struct ScanState {
         var scanning = false
@@ -76,10 +81,7 @@ final class Scanner: Sendable {
             throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
         }
         let adapter = try link.usableAdapter()
-        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
-        if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
-        if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
-        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
+        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(options))])
 
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes; InProgress means this connection still discovers.
@@ -127,16 +129,62 @@ final class Scanner: Sendable {
         return scan.withLock { $0.status }
     }
 
-    /// org.bluez left the bus: its discovery is gone with it.
-    func busGone() { scan.withLock { $0.end() } }
+    /// Discoveries restarted after BlueZ ended them by itself.
+    var restartCount: Int { restarts.withLock { $0.count } }
+
+    /// BlueZ's discovery ended, or may have, without this side stopping the scan: start it again
+    /// (soon, and with backoff while it fails).
+    private func discoveryEnded(_ why: String) {
+        guard scan.withLock({ $0.scanning }) else { return }
+        restarts.withLock { r in
+            guard r.timer == nil else { return }
+            let delay = Duration.milliseconds(min(30_000, 200 << min(r.failures, 7)))
+            log("discovery ended (\(why)); scanning again in \(delay)")
+            r.timer = Task { [weak self] in
+                do { try await Task.sleep(for: delay) } catch { return }
+                await self?.restartDiscovery()
+            }
+        }
+    }
+
+    private func restartDiscovery() async {
+        restarts.withLock { $0.timer = nil }
+        guard let options = scan.withLock({ $0.scanning ? $0.options : nil }) else { return }
+        do {
+            try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+                guard self.scan.withLock({ $0.scanning }) else { return }
+                let adapter = try self.link.usableAdapter()
+                guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
+                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(options))])
+                do throws(BLEError) {
+                    try await self.adapterCall(adapter, "StartDiscovery")
+                } catch where error.detail?.contains("InProgress") == true {
+                }
+                self.restarts.withLock { $0.count += 1; $0.failures = 0 }
+                self.log("scan started again: \(Self.describe(options))")
+            }
+        } catch {
+            // Not usable yet (powered off, no bluetoothd): a state change starts it; else try later.
+            restarts.withLock { $0.failures += 1 }
+            if link.status().state == .poweredOn { discoveryEnded("starting it again failed: \(error.message)") }
+        }
+    }
 
     private func adapterCall(_ adapter: ObjectPath, _ member: String, _ body: [Value] = []) async throws(BLEError) {
         do {
-            _ = try await link.connection.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+            _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
                                                            member: member, body), timeout: BusLink.callDeadline)
         } catch {
             throw ErrorMapping.map(error, context: .adapter)
         }
+    }
+
+    /// What BlueZ's discovery filter can take of the options (the rest is applied here).
+    private static func filter(_ options: ScanOptions) -> [(String, Value)] {
+        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
+        if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
+        if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+        return filter
     }
 
     static func describe(_ options: ScanOptions) -> String {
@@ -222,7 +270,12 @@ final class Scanner: Sendable {
         let path: ObjectPath
         switch change {
         case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
-            if changed["Powered"]?.bool == false, p == index.adapterPath() { scan.withLock { $0.end() } }
+            guard p == index.adapterPath() else { return }
+            if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering") }
+            if changed["Powered"]?.bool == true { discoveryEnded("the adapter is powered on again") }
+            return
+        case .reloaded:
+            if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
             return
         case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil:
             path = p

@@ -10,11 +10,19 @@ public final class PrivateBus: Sendable {
     private let pid: pid_t
     private let stopped = Atomic<Bool>(false)
 
-    /// Starts the daemon and waits until it prints its address.
-    public init(daemon: String = "dbus-daemon") throws(BusError) {
-        var template = Array("/tmp/gattway-bus-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "mkdtemp failed") }
-        directory = String(cString: dir)
+    /// Starts the daemon and waits until it prints its address. With `directory` (e.g. that of
+    /// a bus stopped before), the daemon listens there, so clients find it at the same address.
+    public init(directory chosen: String? = nil, daemon: String = "dbus-daemon") throws(BusError) {
+        if let chosen {
+            guard mkdir(chosen, 0o755) == 0 || errno == EEXIST else {
+                throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "cannot make \(chosen)")
+            }
+            directory = chosen
+        } else {
+            var template = Array("/tmp/gattway-bus-XXXXXX".utf8CString)
+            guard let dir = mkdtemp(&template) else { throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "mkdtemp failed") }
+            directory = String(cString: dir)
+        }
         chmod(directory, 0o755)
         let config = """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"

@@ -21,26 +21,50 @@ let gattwayVersion = "0.1.0"
     _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
 }
 
-/// Waits for SIGINT or SIGTERM.
-func waitForTermination() async -> Int32 {
-    signal(SIGINT, SIG_IGN)
-    signal(SIGTERM, SIG_IGN)
-    let fired = Mutex<CheckedContinuation<Int32, Never>?>(nil)
-    var sources: [DispatchSourceSignal] = []
-    let received = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
-        fired.withLock { $0 = continuation }
-        for number in [SIGINT, SIGTERM] {
+/// SIGINT and SIGTERM, caught from the moment this is made (before anything starts, so that a
+/// signal during start-up still stops gattway cleanly) until `wait` returns one.
+final class TerminationSignals {
+    private final class State: Sendable {
+        let value = Mutex<(received: Int32?, waiting: CheckedContinuation<Int32, Never>?)>((nil, nil))
+    }
+    private let state = State()
+    private let sources: [DispatchSourceSignal]
+
+    init() {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let state = self.state
+        sources = [SIGINT, SIGTERM].map { number in
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { fired.withLock { $0.take() }?.resume(returning: number) }
+            source.setEventHandler {
+                let waiting = state.value.withLock { s -> CheckedContinuation<Int32, Never>? in
+                    if s.received == nil { s.received = number }
+                    return s.waiting.take()
+                }
+                waiting?.resume(returning: number)
+            }
             source.resume()
-            sources.append(source)
+            return source
         }
     }
-    sources.forEach { $0.cancel() }
-    return received
+
+    /// The first signal received, waiting for one if none came yet.
+    func wait() async -> Int32 {
+        let received = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+            let early = state.value.withLock { s -> Int32? in
+                if let r = s.received { return r }
+                s.waiting = continuation
+                return nil
+            }
+            if let early { continuation.resume(returning: early) }
+        }
+        sources.forEach { $0.cancel() }
+        return received
+    }
 }
 
 func run(_ options: Options) async -> Int32 {
+    let termination = TerminationSignals()
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -58,25 +82,15 @@ func run(_ options: Options) async -> Int32 {
         address = Connection.systemBusAddress
     }
 
-    let connection: Connection
-    do {
-        connection = try Connection(address: address)
-    } catch {
-        log("gattway: cannot connect to the D-Bus system bus at \(address): \(error)")
-        log("gattway: is dbus running? In a container: is /run/dbus mounted, and does the host know the uid"
-            + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate.")
-        return 1
-    }
-    // Without its bus gattway can do nothing: stop, with a failure code, so that a supervisor
-    // (systemd, Docker's restart policy) starts it again.
-    let busLost = Atomic<Bool>(false)
-    let central = BlueZCentral(connection: connection, adapter: options.adapter, log: log, onBusLost: {
-        busLost.store(true, ordering: .releasing)
-        kill(getpid(), SIGTERM)
-    })
+    let central = BlueZCentral(busAddress: address, adapter: options.adapter, log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
+    if status.reason?.contains("D-Bus system bus") == true {
+        log("gattway: is dbus running? In a container: is /run/dbus mounted, and does the host know the uid"
+            + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate."
+            + " Serving meanwhile; the bus is tried again with backoff.")
+    }
 
     // One descriptor per connection, and some for the bus, the log and the server's own.
     let spare = 64
@@ -109,13 +123,13 @@ func run(_ options: Options) async -> Int32 {
     }
     log("gattway \(gattwayVersion) listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
-    let signal = await waitForTermination()
+    let signal = await termination.wait()
     log("signal \(signal): shutting down")
     server.stop()
     _ = try? await central.stopScan()
-    connection.close()
+    central.close()
     simulation?.stop()
-    return busLost.load(ordering: .acquiring) ? 1 : 0
+    return 0
 }
 
 switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } }) {

@@ -25,8 +25,15 @@ final class CentralRig: Sendable {
         bus = try PrivateBus()
         server = try Connection(address: bus.address)
         simulator = Simulator(connection: server, configuration: configuration)
-        client = try Connection(address: bus.address)
-        central = BlueZCentral(connection: client, adapter: nil, reconnectPolicy: policy)
+        let client = try Connection(address: bus.address)
+        self.client = client
+        let address = bus.address
+        let first = Mutex<Connection?>(client)
+        // The first connection is the test's (it subscribes and calls with it too); after a bus loss, new ones.
+        central = BlueZCentral(adapter: nil, reconnectPolicy: policy) { () throws(BusError) in
+            if let c = first.withLock({ c in defer { c = nil }; return c }) { return c }
+            return try Connection(address: address)
+        }
     }
 
     static func start(_ configuration: SimulatorConfiguration = .builtIn, policy: ReconnectPolicy = quick) async throws -> CentralRig {

@@ -136,6 +136,82 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         try await expectNotificationsResume(rig)
     }
 
+    /// The bus's dbus-daemon stops and starts again at the same address (with bluetoothd, which
+    /// cannot outlive it): the central connects to the bus again and restores the connection and
+    /// its notifications.
+    @Test func aBusThatGoesAwayAndComesBackIsConnectedAgainAndEverythingRestored() async throws {
+        let first = try PrivateBus()
+        let directory = first.directory
+        let address = first.address
+        var server = try Connection(address: address)
+        var simulator = Simulator(connection: server, configuration: .builtIn)
+        try await simulator.start()
+        let central = BlueZCentral(adapter: nil, reconnectPolicy: CentralRig.quick) { () throws(BusError) in try Connection(address: address) }
+        let events = EventLog()
+        central.setEventHandler { events.append($0) }
+        await central.start()
+        defer { central.close() }
+        _ = try await central.startScan(ScanOptions())
+        _ = try await events.wait(what: "the serial module") { if case .advertisement(let p) = $0 { p.id == CentralRig.serial } else { false } }
+        _ = try await central.stopScan()
+        _ = try await central.connect(CentralRig.serial, timeout: .seconds(10), autoReconnect: true)
+        let handle = try await central.characteristic(CentralRig.serial, serialCharacteristic).handle
+        #expect(try await central.setNotifyValue(true, CentralRig.serial, characteristic: handle))
+
+        let since = events.recorded
+        simulator.stop()
+        server.close()
+        first.stop()
+        _ = try await events.wait(since: since, what: "the bus reported missing") {
+            if case .state(let s) = $0 { s.state == .unsupported && s.reason?.contains("D-Bus system bus") == true } else { false }
+        }
+        _ = try await events.wait(since: since, what: "disconnected", connection(CentralRig.serial, .disconnected))
+
+        let second = try PrivateBus(directory: directory)
+        defer { second.stop() }
+        #expect(second.address == address)
+        server = try Connection(address: address)
+        defer { server.close() }
+        simulator = Simulator(connection: server, configuration: .builtIn)
+        defer { simulator.stop() }
+        try await simulator.start()
+        _ = try await events.wait(since: since, timeout: .seconds(20), what: "connected again", connection(CentralRig.serial, .connected))
+        #expect(await central.status().state == .poweredOn)
+        // Notifications flow again: the peripheral notifies until one is heard.
+        let control = try Connection(address: address)
+        defer { control.close() }
+        var heard = false
+        for n in 0..<200 where !heard {
+            let mark = events.recorded
+            _ = try await control.call(.methodCall(destination: "org.bluez", path: ObjectPath("/io/gattway/simulator")!,
+                                                   interface: "io.gattway.Simulator1", member: "SetValue",
+                                                   [.string(CentralRig.serial.description), .string("ffe1"), .bytes([0xC0, UInt8(n)]), .bool(true)]))
+            heard = (try? await events.wait(since: mark, timeout: .milliseconds(50), what: "a notification", value([0xC0, UInt8(n)]))) != nil
+        }
+        #expect(heard, "no notification after the bus came back")
+    }
+
+    @Test func aScanOutlivesABluetoothdRestartAndDiscoveryEndingByItself() async throws {
+        let rig = try await CentralRig.start()
+        defer { rig.close() }
+        _ = try await rig.central.startScan(ScanOptions())
+        let adapter = ObjectPath("/org/bluez/hci0")!
+        func discovering() -> Bool { rig.central.link.tree.properties(at: adapter, "org.bluez.Adapter1")?["Discovering"]?.bool == true }
+        func eventually(_ what: String, _ condition: () -> Bool) async throws {
+            let end = ContinuousClock.now + .seconds(10)
+            while !condition() {
+                guard ContinuousClock.now < end else { throw Timeout(what: what) }
+                try await Task.sleep(for: .milliseconds(10))  // a bounded poll of the mirror
+            }
+        }
+        try await eventually("discovering") { discovering() }
+        try await rig.control("EndDiscovery", [])
+        try await eventually("discovery restarted") { rig.central.scanner.restartCount >= 1 && discovering() }
+        try await rig.control("Restart", [.uint32(200)])
+        try await eventually("discovery restarted after bluetoothd came back") { rig.central.scanner.restartCount >= 2 && discovering() }
+        #expect(await rig.central.scanStatus().scanning)
+    }
+
     @Test func backoffGrowsAndStaysBounded() {
         let policy = ReconnectPolicy.standard
         #expect(policy.delay(attempt: 1) { $0.lowerBound } == 1)

@@ -44,13 +44,21 @@ def test_scanning_restarts_after_the_adapter_power_cycles(gateway):
         assert out.returncode == 0, out.stderr
     set_powered(False)
     assert wait_for(lambda: gateway.get("/v1/state")[1]["state"] == "poweredOff", 5)
-    assert gateway.get("/v1/scan")[1]["scanning"] is False
+    assert not gateway.get("/v1/adapters")[1]["adapters"][0]["discovering"]
+    assert gateway.get("/v1/scan")[1]["scanning"] is True  # the scan is kept, to run again
     set_powered(True)
     assert wait_for(lambda: gateway.get("/v1/state")[1]["state"] == "poweredOn", 5)
-    status, body, _ = gateway.post("/v1/scan", {})
-    assert status == 200, body
+    # Discovering again without a new POST /v1/scan.
     assert wait_for(lambda: gateway.get("/v1/adapters")[1]["adapters"][0]["discovering"], 5)
     assert wait_for(lambda: any(d["id"] == HR for d in gateway.get("/v1/devices")[1]["devices"]), 5)
+
+
+def test_a_scan_stopped_behind_gattways_back_is_restarted(gateway):
+    gateway.discover(HR)
+    gateway.simulator("EndDiscovery")
+    assert wait_for(lambda: gateway.get("/v1/adapters")[1]["adapters"][0]["discovering"], 5)
+    assert gateway.get("/v1/scan")[1]["scanning"] is True
+    assert any("discovery ended (BlueZ stopped discovering)" in line for line in gateway.log), gateway.log[-20:]
 
 
 def test_a_flooding_websocket_client_does_not_stall_the_others(gateway):
