@@ -15,11 +15,15 @@ extension Gateway {
             guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
                 throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
             }
-            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)),
-                                                             autoReconnect: body.autoReconnect ?? self.autoReconnect))
+            let keep = body.autoReconnect ?? self.autoReconnect
+            // Kept from now on, even if this attempt fails: the central tries again.
+            if keep { self.restoration.kept(id, true) }
+            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep))
         })
         router.add("POST", device + "/disconnect", handle { request in
-            DeviceBody(try await self.central.disconnect(try Self.deviceID(request)))
+            let id = try Self.deviceID(request)
+            self.restoration.kept(id, false)
+            return DeviceBody(try await self.central.disconnect(id))
         })
         router.add("GET", device + "/gatt", handle { request in
             let id = try Self.deviceID(request)
@@ -157,6 +161,7 @@ extension Gateway {
         try c.requireNotifiable()
         let key = NotificationHolds.Key(device: id, characteristic: c.handle)
         if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
+        restoration.held(id, c.handle, enabled)
         return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)
     }
 

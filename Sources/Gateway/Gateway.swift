@@ -10,6 +10,8 @@ public final class Gateway: Sendable {
     let streams: StreamLimit
     /// Whether a connect without `autoReconnect` keeps the device connected.
     let autoReconnect: Bool
+    /// What outlives gattway (`--state-dir`).
+    let restoration: Restoration
     /// `GET /v1/devices`, encoded compact, while the device list stays the same.
     private let deviceList = EncodedCache()
 
@@ -17,16 +19,27 @@ public final class Gateway: Sendable {
     ///   - keepAliveInterval: how often an SSE stream gets a comment, so that proxies keep it open.
     ///   - maxStreams: event streams (SSE and WebSocket) open at once; more are answered 503.
     ///   - autoReconnect: the default of a connect's `autoReconnect`.
+    ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000,
-                autoReconnect: Bool = false) {
+                autoReconnect: Bool = false, stateDirectory: String? = nil, log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.central = central
         self.autoReconnect = autoReconnect
+        let restoration = Restoration(directory: stateDirectory, log: log)
+        self.restoration = restoration
         self.version = version
         hub = EventHub(keepAliveInterval: keepAliveInterval)
         streams = StreamLimit(limit: maxStreams)
-        holds = NotificationHolds(central: central)
-        central.setEventHandler { [hub] event in hub.publish(event) }
+        let holds = NotificationHolds(central: central)
+        self.holds = holds
+        central.setEventHandler { [hub] event in
+            hub.publish(event)
+            if case .connection(let id, .connected, _) = event { restoration.connected(id, central: central, holds: holds) }
+        }
     }
+
+    /// Restores what the state directory says (the scan, kept devices, REST holds); kept devices
+    /// that cannot connect now are tried again by the central. `GET /v1/restoration` reports it.
+    public func restore() async { await restoration.restore(central: central, holds: holds) }
 
     /// The transport's errors (unknown route, oversize body) in the API's error shape.
     public static let errorResponder: @Sendable (ServerError) -> Response = { Response.error($0) }
@@ -39,9 +52,16 @@ public final class Gateway: Sendable {
         router.add("GET", "/v1/scan", handle { _ in ScanStatusBody(await self.central.scanStatus()) })
         router.add("POST", "/v1/scan", handle { request in
             let body = try JSON.decode(ScanRequest.self, from: request.body)
-            return ScanStatusBody(try await self.central.startScan(try body.options()))
+            let status = ScanStatusBody(try await self.central.startScan(try body.options()))
+            self.restoration.scanning(body)
+            return status
         })
-        router.add("DELETE", "/v1/scan", handle { _ in ScanStatusBody(try await self.central.stopScan()) })
+        router.add("DELETE", "/v1/scan", handle { _ in
+            let status = ScanStatusBody(try await self.central.stopScan())
+            self.restoration.scanning(nil)
+            return status
+        })
+        router.add("GET", "/v1/restoration", handle { _ in RestorationBody(self.restoration) })
         router.add("GET", "/v1/devices", { request in
             // The version is read before the list, so a kept answer is never older than it says.
             // Only the compact form is kept: `?pretty` is for people, and encoded each time.
@@ -71,6 +91,26 @@ public final class Gateway: Sendable {
                 return .error(BLEError(.unknown, "internal error: \(error)"), status: 500, layout: layout)
             }
         }
+    }
+}
+
+/// `GET /v1/restoration`: what is kept for the next start, and what the last start restored.
+struct RestorationBody: Encodable {
+    var enabled: Bool
+    var file: String?
+    var loaded: Bool
+    var problem: String?
+    var restored: [Restoration.Report.Item]
+    var kept: Restoration.Desired
+
+    init(_ r: Restoration) {
+        let report = r.lastReport
+        enabled = report.enabled
+        file = report.file
+        loaded = report.loaded
+        problem = report.problem
+        restored = report.items
+        kept = r.current
     }
 }
 

@@ -112,14 +112,14 @@ struct ReconnectBody: Encodable {
 
 // MARK: - Scanning
 
-struct ManufacturerDataFilterBody: Codable, StrictDecodable {
+struct ManufacturerDataFilterBody: Codable, Equatable, Sendable, StrictDecodable {
     var companyIdentifier: Int
     var dataPrefix: String?
     var mask: String?
     enum CodingKeys: String, CodingKey, CaseIterable { case companyIdentifier, dataPrefix, mask }
 }
 
-struct ServiceDataFilterBody: Codable, StrictDecodable {
+struct ServiceDataFilterBody: Codable, Equatable, Sendable, StrictDecodable {
     var service: String
     var dataPrefix: String?
     var mask: String?
@@ -127,7 +127,7 @@ struct ServiceDataFilterBody: Codable, StrictDecodable {
 }
 
 /// `POST /v1/scan`: every field optional.
-struct ScanRequest: Codable, StrictDecodable {
+struct ScanRequest: Codable, Equatable, Sendable, StrictDecodable {
     var services: [String]?
     var allowDuplicates: Bool?
     var name: String?

@@ -15,6 +15,21 @@ struct Options {
     var maxStreams = 10_000
     /// Whether a connect that does not say keeps the device connected.
     var autoReconnect = false
+    /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
+    var stateDir: String??
+
+    /// Where state is kept: the option, else (not when simulating) systemd's STATE_DIRECTORY,
+    /// /var/lib/gattway when it can be used, or ~/.local/state/gattway.
+    func stateDirectory(environment: (String) -> String?, usable: (String) -> Bool) -> String? {
+        if let chosen = stateDir { return chosen }
+        guard simulate == nil else { return nil }
+        if let systemd = environment("STATE_DIRECTORY"), !systemd.isEmpty {
+            return String(systemd.split(separator: ":").first ?? Substring(systemd))
+        }
+        if usable("/var/lib/gattway") { return "/var/lib/gattway" }
+        if let home = environment("HOME"), !home.isEmpty { return home + "/.local/state/gattway" }
+        return nil
+    }
 
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
@@ -44,13 +59,19 @@ struct Options {
                            "autoReconnect": false: after an unexpected disconnection, try again
                            after 1-5 s, then with backoff up to 60 s (default: only devices
                            connected with "autoReconnect": true)
+      --state-dir DIR      where what clients asked for is kept across restarts: devices kept
+                           connected, notification holds, a running scan (state.json, written
+                           atomically; restored at start; GET /v1/restoration). Default:
+                           $STATE_DIRECTORY, /var/lib/gattway if usable, else
+                           ~/.local/state/gattway; with --simulate nothing unless given.
+                           "none": keep nothing
       --help               this text
       --version            the version
 
     Environment:
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
-      GATTWAY_AUTO_RECONNECT (1 or true)
+      GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR
                                 defaults for the options above; flags win
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
@@ -72,6 +93,7 @@ struct Options {
                 options.simulate = .some(simulate == "builtin" ? nil : simulate)
             }
             if let auto = environment("GATTWAY_AUTO_RECONNECT") { options.autoReconnect = ["1", "true", "yes"].contains(auto.lowercased()) }
+            if let dir = environment("GATTWAY_STATE_DIR"), !dir.isEmpty { options.stateDir = .some(dir == "none" ? nil : dir) }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -109,6 +131,10 @@ struct Options {
                     }
                     options.maxStreams = n
                 case "--auto-reconnect": options.autoReconnect = true
+                case "--state-dir":
+                    let dir = try value()
+                    guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
+                    options.stateDir = .some(dir == "none" ? nil : dir)
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -63,6 +63,16 @@ final class TerminationSignals {
     }
 }
 
+/// `mkdir -p`: true when `path` is a directory this process can write to.
+func makeDirectories(_ path: String) -> Bool {
+    var prefix = path.hasPrefix("/") ? "" : "."
+    for part in path.split(separator: "/") {
+        prefix += "/" + part
+        if mkdir(prefix, 0o750) != 0 && errno != EEXIST { return false }
+    }
+    return access(path, W_OK | X_OK) == 0
+}
+
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
     // The bus: ours with the simulator on it, or the system's.
@@ -102,9 +112,18 @@ func run(_ options: Options) async -> Int32 {
             + " instead of \(options.maxConnections)")
     }
     let maxStreams = min(options.maxStreams, maxConnections)
+    let environment: (String) -> String? = { key in getenv(key).map { String(cString: $0) } }
+    var stateDirectory = options.stateDirectory(environment: environment) { path in
+        access(path, W_OK | X_OK) == 0 || (mkdir(path, 0o750) == 0)
+    }
+    if let dir = stateDirectory, !makeDirectories(dir) {
+        log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts")
+        stateDirectory = nil
+    }
+    log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams,
-                          autoReconnect: options.autoReconnect)
+                          autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
     let router = gateway.router()
     let server: Server
     do {
@@ -121,6 +140,7 @@ func run(_ options: Options) async -> Int32 {
         log("gattway: \(error)")
         return 1
     }
+    Task { await gateway.restore() }
     log("gattway \(gattwayVersion) listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
     let signal = await termination.wait()

@@ -25,7 +25,10 @@ class Gateway:
 
     def __init__(self, args, env=None):
         self.log = []
-        self.proc = subprocess.Popen([binary("gattway"), "--listen", "127.0.0.1:0", *args],
+        # Tests keep no state between gateways unless they ask for it (the default state dir,
+        # /var/lib/gattway as root, would carry devices from one test into the next).
+        state = [] if "--state-dir" in args else ["--state-dir", "none"]
+        self.proc = subprocess.Popen([binary("gattway"), "--listen", "127.0.0.1:0", *state, *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         listening = threading.Event()

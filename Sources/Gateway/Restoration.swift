@@ -1,0 +1,275 @@
+import BLE
+import FoundationEssentials
+import Glibc
+import Synchronization
+
+/// CoreBluetooth's state restoration (`willRestoreState`), for a gateway: what the clients asked
+/// for that should outlive gattway — devices to keep connected, the REST API's notification holds,
+/// a running scan and its filters — kept in `<state dir>/state.json` and restored at start.
+///
+/// The file is written whenever that changes, atomically (a temporary file, fsync, rename,
+/// fsync of the directory), so a crash leaves the old state or the new one. A file that cannot
+/// be read or parsed is logged and set aside (renamed `state.json.corrupt-<time>`); gattway
+/// starts without it.
+final class Restoration: Sendable {
+    /// What is kept. Version 1.
+    struct Desired: Codable, Equatable, Sendable {
+        struct Hold: Codable, Hashable, Sendable {
+            var device: String
+            var characteristic: String
+        }
+        var version = 1
+        /// Devices kept connected (connected with `autoReconnect`).
+        var devices: [String] = []
+        /// The REST API's notification holds (`POST …/notifications`), by handle.
+        var holds: [Hold] = []
+        /// The running scan, as its `POST /v1/scan` body said (only scans without a timeout).
+        var scan: ScanRequest?
+    }
+
+    /// What the last start restored, for `GET /v1/restoration`.
+    struct Report: Encodable, Sendable {
+        struct Item: Encodable, Sendable {
+            var kind: String
+            var target: String
+            /// "restored", "pending" (a kept device not connected yet; its holds wait for it) or "failed".
+            var result: String
+            var error: ErrorBody.Content?
+        }
+        var enabled: Bool
+        var file: String?
+        /// Whether a state file was found and read.
+        var loaded = false
+        /// Why the file was set aside, if it was.
+        var problem: String?
+        var items: [Item] = []
+    }
+
+    let file: String?
+    private let log: @Sendable (String) -> Void
+    private let desired = Mutex(Desired())
+    private let report: Mutex<Report>
+    /// Holds to take once their device is connected.
+    private let waitingHolds = Mutex<[BluetoothAddress: [UInt16]]>([:])
+    /// Saves run one at a time, in order.
+    private let saving = Mutex(())
+
+    /// `directory` nil: nothing is kept.
+    init(directory: String?, log: @escaping @Sendable (String) -> Void) {
+        file = directory.map { $0 + "/state.json" }
+        self.log = log
+        report = Mutex(Report(enabled: directory != nil, file: directory.map { $0 + "/state.json" }))
+    }
+
+    var current: Desired { desired.withLock { $0 } }
+    var lastReport: Report { report.withLock { $0 } }
+
+    // MARK: - Recording what clients ask for
+
+    func kept(_ id: BluetoothAddress, _ keep: Bool) {
+        change { d in
+            d.devices.removeAll { $0 == id.description }
+            if keep { d.devices.append(id.description) }
+        }
+    }
+
+    func held(_ id: BluetoothAddress, _ handle: UInt16, _ hold: Bool) {
+        let entry = Desired.Hold(device: id.description, characteristic: AttributeSelector.format(handle))
+        change { d in
+            d.holds.removeAll { $0 == entry }
+            if hold { d.holds.append(entry) }
+        }
+    }
+
+    func scanning(_ request: ScanRequest?) {
+        change { $0.scan = request?.timeout == nil ? request : nil }
+    }
+
+    private func change(_ body: (inout Desired) -> Void) {
+        guard file != nil else { return }
+        let (before, after) = desired.withLock { d -> (Desired, Desired) in
+            let before = d
+            body(&d)
+            return (before, d)
+        }
+        if before != after { save() }
+    }
+
+    // MARK: - The file
+
+    private func save() {
+        guard let file else { return }
+        saving.withLock { _ in
+            let state = desired.withLock { $0 }
+            do {
+                try Self.writeAtomically(JSON.encode(state, .pretty), to: file)
+            } catch {
+                log("state: cannot write \(file): \(error)")
+            }
+        }
+    }
+
+    struct FileError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Temporary file, fsync, rename over `path`, fsync of the directory.
+    static func writeAtomically(_ bytes: [UInt8], to path: String) throws(FileError) {
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw FileError(description: "open \(temporary): \(String(cString: strerror(errno)))") }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            guard n > 0 else {
+                let reason = String(cString: strerror(errno))
+                close(fd)
+                throw FileError(description: "write \(temporary): \(reason)")
+            }
+            written += n
+        }
+        guard fsync(fd) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw FileError(description: "fsync \(temporary): \(reason)")
+        }
+        close(fd)
+        guard rename(temporary, path) == 0 else { throw FileError(description: "rename to \(path): \(String(cString: strerror(errno)))") }
+        let directory = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        let dirFD = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            fsync(dirFD)
+            close(dirFD)
+        }
+    }
+
+    /// Reads the file; a missing one is no state, an unreadable one is set aside.
+    private func load() -> Desired? {
+        guard let file else { return nil }
+        var bytes: [UInt8] = []
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            return setAside(file, "cannot open it: \(String(cString: strerror(errno)))")
+        }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            bytes += buffer[0..<n]
+            if bytes.count > 16 << 20 { break }
+        }
+        close(fd)
+        do {
+            let state = try JSONDecoder().decode(Desired.self, from: Data(bytes))
+            guard state.version == 1 else { return setAside(file, "version \(state.version) is not known") }
+            report.withLock { $0.loaded = true }
+            return state
+        } catch {
+            return setAside(file, "it is not a state file (\(error))")
+        }
+    }
+
+    private func setAside(_ file: String, _ problem: String) -> Desired? {
+        let aside = file + ".corrupt-" + Timestamp.iso8601(Date()).replacing(":", with: "")
+        rename(file, aside)
+        log("state: \(file) set aside as \(aside): \(problem); starting without it")
+        report.withLock { $0.problem = "\(problem); set aside as \(aside)" }
+        return nil
+    }
+
+    // MARK: - Restoring
+
+    /// Reads the state and asks for it again: the scan, each kept device (the central keeps
+    /// trying those it cannot connect now), and each hold once its device is connected.
+    func restore(central: Central, holds: NotificationHolds) async {
+        guard let state = load() else { return }
+        desired.withLock { $0 = state }
+        log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? " and a scan" : ""))
+        if let scan = state.scan {
+            do {
+                _ = try await central.startScan(try scan.options())
+                note("scan", "scan", "restored")
+            } catch {
+                note("scan", "scan", "failed", error)
+            }
+        }
+        for hold in state.holds {
+            guard let id = BluetoothAddress(hold.device), let selector = AttributeSelector(hold.characteristic),
+                  case .handle(let handle) = selector else {
+                note("hold", "\(hold.device) \(hold.characteristic)", "failed", BLEError(.invalidParameters, "not a device and handle"))
+                continue
+            }
+            waitingHolds.withLock { $0[id, default: []].append(handle) }
+        }
+        for text in state.devices {
+            guard let id = BluetoothAddress(text) else {
+                note("device", text, "failed", BLEError(.invalidParameters, "not a device address"))
+                continue
+            }
+            do {
+                _ = try await central.connect(id, timeout: .seconds(30), autoReconnect: true)
+                note("device", text, "restored")
+                await takeHolds(id, central: central, holds: holds)
+            } catch {
+                // Kept: the central tries again, and the holds are taken when it connects.
+                note("device", text, "pending", error)
+            }
+        }
+        // Holds of devices not kept: one try now.
+        let others = waitingHolds.withLock { w in w.keys.filter { !state.devices.contains($0.description) } }
+        for id in others { await takeHolds(id, central: central, holds: holds) }
+    }
+
+    /// A device connected: a restored device that was pending is restored now, and the holds
+    /// restored for it are taken.
+    func connected(_ id: BluetoothAddress, central: Central, holds: NotificationHolds) {
+        report.withLock { r in
+            if let i = r.items.firstIndex(where: { $0.kind == "device" && $0.target == id.description && $0.result == "pending" }) {
+                r.items[i].result = "restored"
+                r.items[i].error = nil
+            }
+        }
+        guard waitingHolds.withLock({ $0[id] != nil }) else { return }
+        Task { await self.takeHolds(id, central: central, holds: holds) }
+    }
+
+    /// Takes the holds restored for `id`. The `connected` event comes when the link is up, before
+    /// BlueZ has resolved the services: while the device answers `notConnected`, try again
+    /// (every 0.25 s, for up to 30 s).
+    private func takeHolds(_ id: BluetoothAddress, central: Central, holds: NotificationHolds) async {
+        let handles = waitingHolds.withLock { $0.removeValue(forKey: id) } ?? []
+        for handle in handles {
+            let target = "\(id) \(AttributeSelector.format(handle))"
+            let deadline = ContinuousClock.now + .seconds(30)
+            while true {
+                do {
+                    let c = try await central.characteristic(id, .handle(handle))
+                    try c.requireNotifiable()
+                    try await holds.holdForREST(NotificationHolds.Key(device: id, characteristic: handle))
+                    note("hold", target, "restored")
+                    log("state: the hold on \(target) is restored")
+                } catch let error as BLEError where error.code == .cb(.notConnected) && ContinuousClock.now < deadline {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    continue
+                } catch {
+                    note("hold", target, "failed", error)
+                    log("state: cannot restore the hold on \(target): \(error)")
+                }
+                break
+            }
+        }
+    }
+
+    private func note(_ kind: String, _ target: String, _ result: String, _ error: BLEError? = nil) {
+        report.withLock { r in
+            r.items.removeAll { $0.kind == kind && $0.target == target }
+            r.items.append(Report.Item(kind: kind, target: target, result: result, error: error.map { ErrorBody($0).error }))
+        }
+    }
+
+    private func note(_ kind: String, _ target: String, _ result: String, _ error: any Error) {
+        let mapped: BLEError? = (error as? BLEError) ?? BLEError(.unknown, "\(error)")
+        note(kind, target, result, mapped)
+    }
+}
