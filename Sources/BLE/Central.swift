@@ -136,10 +136,31 @@ public protocol Central: Sendable {
     /// `setNotifyValue(_:for:)` on a characteristic already resolved (by its handle): returns
     /// whether it now notifies.
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool
+    /// The backend's own figures for `/metrics`.
+    func diagnostics() -> [CentralMetric]
 }
 
 extension Central {
     public var peripheralsVersion: UInt64? { nil }
+    public func diagnostics() -> [CentralMetric] { [] }
+}
+
+/// A figure a backend reports about itself for `/metrics` (its own names: D-Bus calls, ...).
+public struct CentralMetric: Sendable {
+    public enum Kind: Sendable { case counter, gauge }
+    public var name: String
+    public var help: String
+    public var kind: Kind
+    public var labels: [(String, String)]
+    public var value: Double
+
+    public init(_ name: String, _ help: String, _ kind: Kind, labels: [(String, String)] = [], _ value: Double) {
+        self.name = name
+        self.help = help
+        self.kind = kind
+        self.labels = labels
+        self.value = value
+    }
 }
 
 public enum WriteType: Sendable, Hashable {

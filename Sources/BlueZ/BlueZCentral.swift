@@ -123,4 +123,11 @@ public final class BlueZCentral: Central {
     public func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
         try await gatt.setNotify(enabled, id, characteristic: characteristic)
     }
+
+    public func diagnostics() -> [CentralMetric] {
+        link.diagnostics() + [
+            CentralMetric("gattway_scan_restarts_total", "Scans started again after BlueZ ended discovery by itself.", .counter,
+                          Double(scanner.restartCount)),
+        ]
+    }
 }

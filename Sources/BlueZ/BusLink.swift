@@ -53,13 +53,52 @@ final class BusLink: Sendable {
 
     /// A method call on the current bus connection; without one, `Disconnected` at once.
     func call(_ message: Message, timeout: Duration) async throws(BusError) -> Message {
-        guard let connection else { throw Self.noBus }
-        return try await connection.call(message, timeout: timeout)
+        let member = message.member ?? "?"
+        do throws(BusError) {
+            guard let connection else { throw Self.noBus }
+            let reply = try await connection.call(message, timeout: timeout)
+            counted(member, nil)
+            return reply
+        } catch {
+            counted(member, error.name)
+            throw error
+        }
     }
 
     func getAllProperties(_ path: ObjectPath, _ interface: String) async throws(BusError) -> [String: Value] {
-        guard let connection else { throw Self.noBus }
-        return try await connection.getAllProperties(BlueZ.service, path, interface)
+        do throws(BusError) {
+            guard let connection else { throw Self.noBus }
+            let props = try await connection.getAllProperties(BlueZ.service, path, interface)
+            counted("GetAll", nil)
+            return props
+        } catch {
+            counted("GetAll", error.name)
+            throw error
+        }
+    }
+
+    // MARK: - Counting, for /metrics
+
+    private let calls = Mutex<(byMember: [String: Int], errors: [String: Int], busConnects: Int)>(([:], [:], 0))
+
+    private func counted(_ member: String, _ error: String?) {
+        calls.withLock { c in
+            c.byMember[member, default: 0] += 1
+            if let error { c.errors[error, default: 0] += 1 }
+        }
+    }
+
+    func diagnostics() -> [CentralMetric] {
+        let c = calls.withLock { $0 }
+        var out = c.byMember.sorted { $0.key < $1.key }.map {
+            CentralMetric("gattway_dbus_calls_total", "D-Bus method calls to BlueZ, by member.", .counter, labels: [("member", $0.key)], Double($0.value))
+        }
+        out += c.errors.sorted { $0.key < $1.key }.map {
+            CentralMetric("gattway_dbus_errors_total", "D-Bus calls to BlueZ that failed, by error name.", .counter, labels: [("name", $0.key)], Double($0.value))
+        }
+        out.append(CentralMetric("gattway_dbus_connects_total", "Connections made to the D-Bus system bus.", .counter, Double(c.busConnects)))
+        out.append(CentralMetric("gattway_bluez_objects", "Objects in gattway's mirror of BlueZ.", .gauge, Double(tree.count)))
+        return out
     }
 
     private static let noBus = BusError(name: "org.freedesktop.DBus.Error.Disconnected", message: "not connected to the D-Bus system bus")
@@ -94,6 +133,7 @@ final class BusLink: Sendable {
         connection.setDisconnectHandler { [weak self] in self?.busLost() }
         guard !closed.load(ordering: .acquiring) else { return connection.close() }
         current.withLock { $0 = connection }
+        calls.withLock { $0.busConnects += 1 }
         let attempts = busRetry.withLock { r -> Int in
             defer { r.attempt = 0; r.next = nil }
             return r.attempt

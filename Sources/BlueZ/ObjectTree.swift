@@ -114,6 +114,9 @@ final class ObjectTree: Sendable {
 
     func interfaces(at path: ObjectPath) -> Interfaces? { state.withLock { $0.objects[path] } }
 
+    /// Objects in the mirror.
+    var count: Int { state.withLock { $0.objects.count } }
+
     func properties(at path: ObjectPath, _ interface: String) -> [String: Value]? {
         state.withLock { $0.objects[path]?[interface] }
     }

@@ -95,6 +95,9 @@ final class EventHub: Sendable {
 
     private let mailbox: Mailbox
     private let ids = Atomic<Int>(0)
+    private let publishedCount = Atomic<Int>(0)
+    /// Given to and lost for stream clients, summed (the clients count into it).
+    let counters = DeliveryCounters()
 
     /// - Parameter keepAliveInterval: how often every SSE client gets a comment line.
     init(keepAliveInterval: Duration = .seconds(15)) {
@@ -106,8 +109,12 @@ final class EventHub: Sendable {
     deinit { mailbox.post(.stop) }
 
     func publish(_ event: CentralEvent) {
+        publishedCount.add(1, ordering: .relaxed)
         mailbox.publish(Published(event: event, time: Date(), at: .now))
     }
+
+    /// Events published since start.
+    var published: Int { publishedCount.load(ordering: .relaxed) }
 
     /// Registers a client; events after `lastEventID` still in the ring are offered first.
     func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {

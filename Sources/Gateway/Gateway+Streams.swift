@@ -37,7 +37,7 @@ extension Gateway {
             return .error(error, layout: layout)
         }
         let body = StreamBody(capacityBytes: 64 * 1024)
-        let client = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(body))
+        let client = StreamClient(id: hub.newClientID(), transport: .serverSentEvents(body), counters: hub.counters)
         client.select(selection, as: "")
         // Proxies and browsers: reconnect after 2 s; a first comment so the headers go out now.
         // The hub sends the keep-alive comments.
@@ -96,7 +96,7 @@ extension Gateway {
     // MARK: - WebSocket
 
     private func webSocketSession(_ socket: WebSocket) async {
-        let client = StreamClient(id: hub.newClientID(), transport: .webSocket(socket))
+        let client = StreamClient(id: hub.newClientID(), transport: .webSocket(socket), counters: hub.counters)
         hub.add(client)
         let session = WebSocketSession(gateway: self, client: client)
         for await message in socket.messages {

@@ -1,5 +1,6 @@
 import BLE
 import HTTPServer
+import Synchronization
 
 /// The REST API over a `Central`: routes, request parsing and response shapes.
 public final class Gateway: Sendable {
@@ -12,6 +13,11 @@ public final class Gateway: Sendable {
     let autoReconnect: Bool
     /// What outlives gattway (`--state-dir`).
     let restoration: Restoration
+    /// Diagnostics: recent errors, request counts and latencies, reconnection attempts.
+    let errors = ErrorLog()
+    let requests = RequestMetrics()
+    let reconnectAttempts = Atomic<Int>(0)
+    let started = ContinuousClock.now
     /// `GET /v1/devices`, encoded compact, while the device list stays the same.
     private let deviceList = EncodedCache()
 
@@ -31,8 +37,9 @@ public final class Gateway: Sendable {
         streams = StreamLimit(limit: maxStreams)
         let holds = NotificationHolds(central: central)
         self.holds = holds
-        central.setEventHandler { [hub] event in
+        central.setEventHandler { [hub, weak self] event in
             hub.publish(event)
+            self?.noteEvent(event)
             if case .connection(let id, .connected, _) = event { restoration.connected(id, central: central, holds: holds) }
         }
     }
@@ -75,6 +82,7 @@ public final class Gateway: Sendable {
         })
         addGATTRoutes(to: router)
         addStreamRoutes(to: router)
+        addDiagnosticRoutes(to: router)
         return router
     }
 
@@ -86,9 +94,12 @@ public final class Gateway: Sendable {
             do {
                 return .json(200, JSON.encode(try await body(request), layout))
             } catch let error as BLEError {
+                self.noteError(error, request)
                 return .error(error, layout: layout)
             } catch {
-                return .error(BLEError(.unknown, "internal error: \(error)"), status: 500, layout: layout)
+                let unexpected = BLEError(.unknown, "internal error: \(error)")
+                self.noteError(unexpected, request)
+                return .error(unexpected, status: 500, layout: layout)
             }
         }
     }

@@ -26,6 +26,9 @@ final class NotificationHolds: Sendable {
 
     func count(_ key: Key) -> Int { counts.withLock { $0[key] ?? 0 } }
 
+    /// Every characteristic held, with its number of holders.
+    func snapshot() -> [Key: Int] { counts.withLock { $0 } }
+
     /// Operations on `key` waiting for their turn (tests).
     func waiting(_ key: Key) -> Int { turns.waiting(key) }
 

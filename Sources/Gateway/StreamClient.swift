@@ -22,6 +22,8 @@ final class StreamClient: Sendable {
     let queueLimit: Int
     let dropLimit: Int
     let transport: Transport
+    /// Where deliveries and losses are summed over all clients (`/metrics`).
+    let counters: DeliveryCounters?
 
     private struct SequenceKey: Hashable {
         /// The subscription's number (names are strings: slower to hash for every event).
@@ -53,7 +55,8 @@ final class StreamClient: Sendable {
     }
     private let state = Mutex(State())
 
-    init(id: Int, transport: Transport, queueLimit: Int = 256, dropLimit: Int = 10_000) {
+    init(id: Int, transport: Transport, queueLimit: Int = 256, dropLimit: Int = 10_000, counters: DeliveryCounters? = nil) {
+        self.counters = counters
         self.id = id
         self.transport = transport
         self.queueLimit = queueLimit
@@ -115,6 +118,7 @@ final class StreamClient: Sendable {
                 } else {
                     s.pending.append(message.bytes)
                 }
+                counters?.delivered.add(1, ordering: .relaxed)
             }
             trim(&s)
             return s.droppedInARow > dropLimit
@@ -127,6 +131,7 @@ final class StreamClient: Sendable {
             guard !s.closed else { return false }
             s.dropped += count
             s.droppedInARow += count
+            counters?.dropped.add(count, ordering: .relaxed)
             write(&s)
             return s.droppedInARow > dropLimit
         }
@@ -172,6 +177,8 @@ final class StreamClient: Sendable {
             s.head += excess
             s.dropped += excess
             s.droppedInARow += excess
+            counters?.dropped.add(excess, ordering: .relaxed)
+            counters?.delivered.add(-excess, ordering: .relaxed)
         }
         write(&s)
     }

@@ -124,13 +124,13 @@ func run(_ options: Options) async -> Int32 {
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams,
                           autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
-    let router = gateway.router()
+    let serve = gateway.instrumented(gateway.router())
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
                             connectionLimit: maxConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
             let start = ContinuousClock.now
-            let response = await router.handle(request)
+            let response = await serve(request)
             let elapsed = ContinuousClock.now - start
             let tenths = elapsed.components.seconds * 10_000 + elapsed.components.attoseconds / 100_000_000_000_000
             log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")

@@ -1,0 +1,216 @@
+import BLE
+import FoundationEssentials
+import Glibc
+import HTTPServer
+import Synchronization
+
+/// What stream clients were given and lost, summed over every client (for `/metrics`).
+final class DeliveryCounters: Sendable {
+    let delivered = Atomic<Int>(0)
+    let dropped = Atomic<Int>(0)
+}
+
+/// The last errors, newest last, at most `limit` of them (`GET /v1/errors`): what failed, on
+/// which device, with the CoreBluetooth error and BlueZ's own words.
+final class ErrorLog: Sendable {
+    struct Entry: Encodable, Sendable {
+        var time: Date
+        var device: String?
+        /// The request ("GET /v1/devices/{id}/characteristics/{char}/value") or what happened ("link").
+        var operation: String
+        var error: ErrorBody.Content
+        /// BlueZ's or D-Bus's error, as it said it.
+        var detail: String?
+    }
+
+    let limit: Int
+    private let state = Mutex<(entries: [Entry], total: Int)>(([], 0))
+
+    init(limit: Int = 256) { self.limit = limit }
+
+    func record(_ error: BLEError, operation: String, device: BluetoothAddress?) {
+        let entry = Entry(time: Date(), device: device?.description, operation: operation, error: ErrorBody(error).error, detail: error.detail)
+        state.withLock { s in
+            s.entries.append(entry)
+            if s.entries.count > limit { s.entries.removeFirst(s.entries.count - limit) }
+            s.total += 1
+        }
+    }
+
+    var entries: [Entry] { state.withLock { $0.entries } }
+    var total: Int { state.withLock { $0.total } }
+    /// Errors by CoreBluetooth code name, over the whole run.
+    private let byName = Mutex<[String: Int]>([:])
+
+    func count(_ error: BLEError) { byName.withLock { $0["\(error.domain.rawValue) \(error.name)", default: 0] += 1 } }
+    var counts: [String: Int] { byName.withLock { $0 } }
+}
+
+/// Requests by method and status, and a latency histogram.
+final class RequestMetrics: Sendable {
+    /// Upper bounds of the latency buckets, in seconds.
+    static let bounds: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+    private struct State {
+        var requests: [String: Int] = [:]
+        var buckets = [Int](repeating: 0, count: RequestMetrics.bounds.count)
+        var count = 0
+        var sum = 0.0
+    }
+    private let state = Mutex(State())
+
+    func observe(method: String, status: Int, seconds: Double) {
+        state.withLock { s in
+            s.requests["method=\"\(method)\",status=\"\(status)\"", default: 0] += 1
+            if let i = Self.bounds.firstIndex(where: { seconds <= $0 }) { s.buckets[i] += 1 }
+            s.count += 1
+            s.sum += seconds
+        }
+    }
+
+    fileprivate func render(into out: inout String) {
+        let s = state.withLock { $0 }
+        Prometheus.head(&out, "gattway_http_requests_total", "HTTP requests answered, by method and status.", "counter")
+        for (labels, n) in s.requests.sorted(by: { $0.key < $1.key }) { out += "gattway_http_requests_total{\(labels)} \(n)\n" }
+        Prometheus.head(&out, "gattway_http_request_duration_seconds", "Time to answer a request (streams: until the stream starts).", "histogram")
+        var cumulative = 0
+        for (i, bound) in Self.bounds.enumerated() {
+            cumulative += s.buckets[i]
+            out += "gattway_http_request_duration_seconds_bucket{le=\"\(Prometheus.number(bound))\"} \(cumulative)\n"
+        }
+        out += "gattway_http_request_duration_seconds_bucket{le=\"+Inf\"} \(s.count)\n"
+        out += "gattway_http_request_duration_seconds_sum \(Prometheus.number(s.sum))\n"
+        out += "gattway_http_request_duration_seconds_count \(s.count)\n"
+    }
+}
+
+/// The Prometheus text format (version 0.0.4).
+enum Prometheus {
+    static func head(_ out: inout String, _ name: String, _ help: String, _ type: String) {
+        out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    }
+
+    static func number(_ value: Double) -> String {
+        if value == value.rounded(), abs(value) < 1e15 { return String(Int(value)) }
+        return "\(value)"
+    }
+
+    static func escape(_ label: String) -> String {
+        var out = ""
+        for c in label {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+
+    static func sample(_ out: inout String, _ name: String, _ labels: [(String, String)], _ value: Double) {
+        let text = labels.isEmpty ? "" : "{" + labels.map { "\($0.0)=\"\(escape($0.1))\"" }.joined(separator: ",") + "}"
+        out += "\(name)\(text) \(number(value))\n"
+    }
+}
+
+extension Gateway {
+    /// Wraps the router: every answer counted, timed and, when it is an error, kept in the error log.
+    public func instrumented(_ router: Router) -> @Sendable (Request) async -> Response {
+        { request in
+            let start = ContinuousClock.now
+            let response = await router.handle(request)
+            let elapsed = ContinuousClock.now - start
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            self.requests.observe(method: request.method, status: response.status, seconds: seconds)
+            return response
+        }
+    }
+
+    /// An error a route answered, for `/v1/errors` and `/metrics`.
+    func noteError(_ error: BLEError, _ request: Request) {
+        errors.count(error)
+        let device = request.pathParameters["id"].flatMap { BluetoothAddress($0) }
+        errors.record(error, operation: "\(request.method) \(request.path)", device: device)
+    }
+
+    /// Events of the central that are errors: links lost.
+    func noteEvent(_ event: CentralEvent) {
+        switch event {
+        case .connection(let id, .disconnected, let error?):
+            errors.count(error)
+            errors.record(error, operation: "link", device: id)
+        case .reconnecting:
+            reconnectAttempts.add(1, ordering: .relaxed)
+        default:
+            break
+        }
+    }
+
+    func addDiagnosticRoutes(to router: Router) {
+        router.add("GET", "/v1/errors", handle { _ in ErrorList(errors: self.errors.entries.reversed(), total: self.errors.total) })
+        router.add("GET", "/metrics", { _ in
+            Response(status: 200, headers: [(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")],
+                     body: Array(await self.metricsText().utf8))
+        })
+    }
+
+    func metricsText() async -> String {
+        var out = ""
+        let devices = await central.peripherals()
+        Prometheus.head(&out, "gattway_devices", "Devices listed, by state.", "gauge")
+        for state in ["connected", "connecting", "disconnected", "disconnecting"] {
+            Prometheus.sample(&out, "gattway_devices", [("state", state)], Double(devices.filter { $0.state.name == state }.count))
+        }
+        Prometheus.head(&out, "gattway_devices_kept", "Devices kept connected (autoReconnect).", "gauge")
+        Prometheus.sample(&out, "gattway_devices_kept", [], Double(devices.filter { $0.reconnect != nil }.count))
+        Prometheus.head(&out, "gattway_reconnect_attempts_total", "Reconnection attempts announced.", "counter")
+        Prometheus.sample(&out, "gattway_reconnect_attempts_total", [], Double(reconnectAttempts.load(ordering: .relaxed)))
+        Prometheus.head(&out, "gattway_notification_holds", "Characteristics held notifying, and their holders.", "gauge")
+        let held = holds.snapshot()
+        Prometheus.sample(&out, "gattway_notification_holds", [("of", "characteristics")], Double(held.count))
+        Prometheus.sample(&out, "gattway_notification_holds", [("of", "holders")], Double(held.values.reduce(0, +)))
+        Prometheus.head(&out, "gattway_stream_clients", "SSE streams and WebSockets open.", "gauge")
+        Prometheus.sample(&out, "gattway_stream_clients", [], Double(streams.count))
+        Prometheus.head(&out, "gattway_events_total", "Events published by the central, given to stream clients, and lost for them.", "counter")
+        Prometheus.sample(&out, "gattway_events_total", [("what", "published")], Double(hub.published))
+        Prometheus.sample(&out, "gattway_events_total", [("what", "delivered")], Double(hub.counters.delivered.load(ordering: .relaxed)))
+        Prometheus.sample(&out, "gattway_events_total", [("what", "dropped")], Double(hub.counters.dropped.load(ordering: .relaxed)))
+        Prometheus.head(&out, "gattway_errors_total", "Errors answered or reported, by CoreBluetooth domain and code name.", "counter")
+        for (name, n) in errors.counts.sorted(by: { $0.key < $1.key }) {
+            let parts = name.split(separator: " ", maxSplits: 1).map(String.init)
+            Prometheus.sample(&out, "gattway_errors_total", [("domain", parts[0]), ("name", parts.count > 1 ? parts[1] : "")], Double(n))
+        }
+        requests.render(into: &out)
+        for metric in central.diagnostics() {
+            if !out.contains("# TYPE \(metric.name) ") {
+                Prometheus.head(&out, metric.name, metric.help, metric.kind == .counter ? "counter" : "gauge")
+            }
+            Prometheus.sample(&out, metric.name, metric.labels, metric.value)
+        }
+        Prometheus.head(&out, "gattway_uptime_seconds", "Seconds since gattway started.", "gauge")
+        let up = ContinuousClock.now - started
+        Prometheus.sample(&out, "gattway_uptime_seconds", [], Double(up.components.seconds))
+        Prometheus.head(&out, "gattway_resident_memory_bytes", "Resident set size.", "gauge")
+        Prometheus.sample(&out, "gattway_resident_memory_bytes", [], Double(Self.residentBytes()))
+        return out
+    }
+
+    /// From /proc/self/statm: "size resident shared ..." in pages.
+    static func residentBytes() -> Int {
+        let fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 128)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return 0 }
+        let fields = String(decoding: buffer[0..<n], as: UTF8.self).split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}
+
+struct ErrorList: Encodable {
+    var errors: [ErrorLog.Entry]
+    /// Errors since start (the list keeps the last 256).
+    var total: Int
+}
