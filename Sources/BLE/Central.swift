@@ -53,6 +53,8 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var mtu: Int?
     /// Set while the central keeps the device connected (`autoReconnect`).
     public var reconnect: ReconnectStatus?
+    /// Not seen (advertising) for a while, or no longer known to the stack: shown as last seen.
+    public var stale = false
 
     public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
                 state: PeripheralState, paired: Bool, advertisement: AdvertisementData, mtu: Int? = nil) {

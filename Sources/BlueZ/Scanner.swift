@@ -36,6 +36,8 @@ final class Scanner: Sendable {
         var stopsAt: Date?
         /// Devices that matched since the scan started, with when they were last seen.
         var seen: [BluetoothAddress: Date] = [:]
+        /// What each of them looked like when last seen: listed (stale) after BlueZ forgot it.
+        var last: [BluetoothAddress: PeripheralInfo] = [:]
         /// Bumped by every start and stop, so that an old timeout cannot stop a newer scan.
         var generation = 0
 
@@ -50,7 +52,11 @@ final class Scanner: Sendable {
         }
     }
 
-    init(link: BusLink, events: HandlerSlot<CentralEvent>, log: @escaping @Sendable (String) -> Void) {
+    /// A device not seen for this long is listed as `stale`.
+    let staleAfter: Double
+
+    init(link: BusLink, events: HandlerSlot<CentralEvent>, staleAfter: Duration = .seconds(60), log: @escaping @Sendable (String) -> Void) {
+        self.staleAfter = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
         self.link = link
         self.events = events
         self.log = log
@@ -97,6 +103,7 @@ final class Scanner: Sendable {
             s.startedAt = now
             s.stopsAt = options.timeout.map { now.addingTimeInterval($0) }
             s.seen.removeAll()
+            s.last.removeAll()
             return (s.status, s.generation)
         }
         listChanged()
@@ -290,12 +297,14 @@ final class Scanner: Sendable {
               let props = tree.properties(at: path, BlueZ.deviceInterface),
               let address = DeviceProperties.address(props) else { return }
         let now = Date()
+        let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
         let report = scan.withLock { s -> Bool in
             guard s.scanning, let options = s.options else { return false }
             let known = s.seen[address] != nil
             if known || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
                                         advertisement: DeviceProperties.advertisement(props)) {
                 s.seen[address] = now
+                s.last[address] = snapshot
                 return !known || options.allowDuplicates
             }
             return false
@@ -306,7 +315,10 @@ final class Scanner: Sendable {
 
     // MARK: - The device list
 
-    var version: UInt64 { listVersion.load(ordering: .acquiring) }
+    /// Changes with the list, and every second (staleness is a matter of time).
+    var version: UInt64 {
+        listVersion.load(ordering: .acquiring) &* 1_000_003 &+ UInt64(Date().timeIntervalSince1970)
+    }
 
     private func listChanged() { listVersion.add(1, ordering: .releasing) }
 
@@ -323,20 +335,41 @@ final class Scanner: Sendable {
     }
 
     /// Devices that matched the current (or last) scan, connected ones and those in transition.
+    /// A matched device not seen for `staleAfter` is `stale`, and stays listed (as last seen)
+    /// when BlueZ has forgotten it.
     func peripherals() -> [PeripheralInfo] {
         guard let adapter = index.adapterPath() else { return [] }
-        let seen = scan.withLock { $0.seen }
+        let (seen, last) = scan.withLock { ($0.seen, $0.last) }
         let moving = self.moving.withLock { $0 }
         let kept = reconnects.withLock { $0 }
-        return tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
+        var listed = tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props -> PeripheralInfo? in
             guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
             guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil || kept[address] != nil else { return nil }
             return info(path, props, lastSeen: seen[address], transition: moving[address])
-        }.sorted { $0.id < $1.id }
+        }
+        let present = Set(listed.map(\.id))
+        listed += last.filter { !present.contains($0.key) }.map { stale($0.value) }
+        return listed.sorted { $0.id < $1.id }
+    }
+
+    /// A device BlueZ no longer knows, as it was last seen.
+    private func stale(_ snapshot: PeripheralInfo) -> PeripheralInfo {
+        var info = snapshot
+        info.state = .disconnected
+        info.mtu = nil
+        info.stale = true
+        info.reconnect = reconnects.withLock { $0[info.id] }
+        return info
     }
 
     func peripheral(_ id: BluetoothAddress) throws(BLEError) -> PeripheralInfo {
-        let path = try index.devicePath(id)
+        let path: ObjectPath
+        do {
+            path = try index.devicePath(id)
+        } catch {
+            if let snapshot = scan.withLock({ $0.last[id] }) { return stale(snapshot) }
+            throw error
+        }
         guard let props = tree.properties(at: path, BlueZ.deviceInterface),
               let info = info(path, props, lastSeen: scan.withLock({ $0.seen[id] }), transition: moving.withLock({ $0[id] })) else {
             throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
@@ -349,6 +382,7 @@ final class Scanner: Sendable {
         if let transition { info.state = transition }
         if info.state == .connected { info.mtu = index.mtu(path) }
         info.reconnect = reconnects.withLock { $0[info.id] }
+        if info.state == .disconnected, let seen = lastSeen, -seen.timeIntervalSinceNow > staleAfter { info.stale = true }
         return info
     }
 }

@@ -74,8 +74,11 @@ struct DeviceBody: Encodable {
     var maximumWriteValueLength: WriteLengths?
     /// While gattway keeps the device connected (`autoReconnect`).
     var reconnect: ReconnectBody?
+    /// Present (true) when the device has not been seen for `--stale-after` or BlueZ forgot it.
+    var stale: Bool?
 
     init(_ p: PeripheralInfo) {
+        stale = p.stale ? true : nil
         reconnect = p.reconnect.map(ReconnectBody.init)
         if p.state == .connected {
             mtu = p.mtu

@@ -15,6 +15,8 @@ struct Options {
     var maxStreams = 10_000
     /// Whether a connect that does not say keeps the device connected.
     var autoReconnect = false
+    /// A scanned device not seen for this long is listed `stale`.
+    var staleAfterSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
 
@@ -59,6 +61,10 @@ struct Options {
                            "autoReconnect": false: after an unexpected disconnection, try again
                            after 1-5 s, then with backoff up to 60 s (default: only devices
                            connected with "autoReconnect": true)
+      --stale-after SECONDS
+                           a device the scan found and has not seen for this long is listed
+                           with "stale": true (and stays listed, as last seen, when BlueZ
+                           forgets it) (default 60)
       --state-dir DIR      where what clients asked for is kept across restarts: devices kept
                            connected, notification holds, a running scan (state.json, written
                            atomically; restored at start; GET /v1/restoration). Default:
@@ -131,6 +137,9 @@ struct Options {
                     }
                     options.maxStreams = n
                 case "--auto-reconnect": options.autoReconnect = true
+                case "--stale-after":
+                    guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
+                    options.staleAfterSeconds = n
                 case "--state-dir":
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }

@@ -92,7 +92,8 @@ func run(_ options: Options) async -> Int32 {
         address = Connection.systemBusAddress
     }
 
-    let central = BlueZCentral(busAddress: address, adapter: options.adapter, log: log)
+    let central = BlueZCentral(busAddress: address, adapter: options.adapter,
+                               staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)), log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))

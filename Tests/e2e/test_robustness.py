@@ -167,3 +167,32 @@ def test_going_out_of_range_while_connecting_fails_the_connect(tmp_path):
         assert time.monotonic() - started < 5
     finally:
         gw.stop()
+
+
+def test_devices_not_seen_are_stale_and_stay_listed_when_bluez_forgets_them(tmp_path):
+    from conftest import Gateway
+    near = {"address": "F0:00:00:00:00:46", "name": "Near", "advertisingIntervalMs": 100}
+    away = {"address": "F0:00:00:00:00:47", "name": "Away", "advertisingIntervalMs": 100}
+    gw = Gateway(["--simulate", write_config(tmp_path, [near, away], {"temporaryTimeoutSec": 1}), "--stale-after", "0.8"])
+    try:
+        gw.discover(near["address"], away["address"])
+        gw.simulator("SetFault", "string:" + away["address"], 'string:{"outOfRange": true}')
+
+        def listed():
+            return {d["id"]: d for d in gw.get("/v1/devices")[1]["devices"]}
+        # While the scan runs: the device that went away turns stale, the one advertising does not.
+        assert wait_for(lambda: listed()[away["address"]].get("stale") is True, 5), listed()
+        assert "stale" not in listed()[near["address"]], listed()[near["address"]]
+        # BlueZ forgets an unseen temporary device (TemporaryTimeout); the list still shows it as
+        # last seen.
+        def bluez_knows(address):
+            out = subprocess.run(["dbus-send", "--bus=" + gw.bus, "--print-reply", "--dest=org.bluez", "/",
+                                  "org.freedesktop.DBus.ObjectManager.GetManagedObjects"], capture_output=True, text=True, timeout=10)
+            assert out.returncode == 0, out.stderr
+            return "dev_" + address.replace(":", "_") in out.stdout
+        assert wait_for(lambda: not bluez_knows(away["address"]), 5)
+        gone = listed()[away["address"]]
+        assert gone["stale"] is True and gone["name"] == "Away" and gone["state"] == "disconnected" and gone["lastSeen"], gone
+        assert gw.get(f"/v1/devices/{away['address']}")[1]["stale"] is True
+    finally:
+        gw.stop()
