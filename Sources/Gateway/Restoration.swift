@@ -243,13 +243,13 @@ final class Restoration: Sendable {
             let target = "\(id) \(AttributeSelector.format(handle))"
             let deadline = ContinuousClock.now + .seconds(30)
             while true {
-                do {
+                do throws(BLEError) {
                     let c = try await central.characteristic(id, .handle(handle))
                     try c.requireNotifiable()
                     try await holds.holdForREST(NotificationHolds.Key(device: id, characteristic: handle))
                     note("hold", target, "restored")
                     log("state: the hold on \(target) is restored")
-                } catch let error as BLEError where error.code == .cb(.notConnected) && ContinuousClock.now < deadline {
+                } catch where error.code == .cb(.notConnected) && ContinuousClock.now < deadline {
                     try? await Task.sleep(for: .milliseconds(250))
                     continue
                 } catch {
