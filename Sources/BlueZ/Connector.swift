@@ -28,6 +28,8 @@ final class Connector: Sendable {
     private let up = Mutex<Set<BluetoothAddress>>([])
     /// Runs after every reconnection this side made (restores notifications).
     private let reconnected = HandlerSlot<BluetoothAddress>()
+    /// Whether Bluetooth was usable (poweredOn) at the last change.
+    private let usable = Mutex(false)
 
     private struct Kept {
         var attempt = 0
@@ -209,8 +211,21 @@ final class Connector: Sendable {
         case .properties(let p, let interface, let changed, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
             if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
-            if interface == BlueZ.adapterInterface, changed["Powered"]?.bool == true { retrySoon("the adapter is powered on") }
         }
+        // Bluetooth became usable again (the adapter powered on, bluetoothd or the bus back):
+        // kept devices waiting for their next attempt try now. Only on that transition: the
+        // reload after every connect must not cut other devices' backoff short. (Only changes
+        // that can change the state are looked at: not every notification.)
+        switch change {
+        case .properties(_, let interface, _, _) where interface != BlueZ.adapterInterface: return
+        default: break
+        }
+        let usableNow = link.status().state == .poweredOn
+        let became = usable.withLock { was -> Bool in
+            defer { was = usableNow }
+            return usableNow && !was
+        }
+        if became { retrySoon("Bluetooth is usable again") }
     }
 
     private func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
@@ -244,7 +259,6 @@ final class Connector: Sendable {
             events(.connection(id: id, state: .disconnected, error: error))
             linkLost(id, error)
         }
-        retrySoon("BlueZ's objects were reloaded")
     }
 
     // MARK: - Keeping devices connected
@@ -296,15 +310,16 @@ final class Connector: Sendable {
         let waiting = kept.withLock { k in k.filter { !$0.value.attempting && $0.value.timer != nil }.map(\.key) }
         for id in waiting.sorted() {
             log("\(id): trying again now: \(why)")
-            scheduleAttempt(id, after: nil, delay: policy.first.lowerBound / 2)
+            scheduleAttempt(id, after: nil, delay: policy.first.lowerBound / 2, recount: false)
         }
     }
 
-    private func scheduleAttempt(_ id: BluetoothAddress, after error: BLEError?, delay fixed: Double? = nil) {
+    /// `recount` false: the attempt already announced comes sooner (it is not another one).
+    private func scheduleAttempt(_ id: BluetoothAddress, after error: BLEError?, delay fixed: Double? = nil, recount: Bool = true) {
         let plan = kept.withLock { k -> (attempt: Int, delay: Double)? in
             guard var entry = k[id] else { return nil }
             entry.timer?.cancel()
-            entry.attempt += 1
+            if recount || entry.attempt == 0 { entry.attempt += 1 }
             let delay = fixed ?? policy.delay(attempt: entry.attempt)
             if let error { entry.lastError = error }
             entry.nextAttempt = Date().addingTimeInterval(delay)

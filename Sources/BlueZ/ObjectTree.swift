@@ -58,15 +58,35 @@ final class ObjectTree: Sendable {
     func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }
 
     /// Installs a `GetManagedObjects` result whose reply had serial `replySerial` and came from `owner`.
+    ///
+    /// A held signal older than the reply is already part of the snapshot, so it is not applied;
+    /// but a characteristic's new `Value` in it was a notification, and observers still hear of
+    /// it (after `.reloaded`, in order), or it would be lost to every client.
     func load(_ objects: [ObjectPath: Interfaces], replySerial: UInt32, owner: String?) {
         write { s in
             s.objects = objects
             s.loading = false
             s.owner = owner
-            let later = s.held.filter { $0.serial > replySerial && $0.sender == owner }
+            let held = s.held.filter { $0.sender == owner }
             s.held.removeAll()
-            return [.reloaded] + later.compactMap { ObjectTree.apply($0, to: &s.objects) }
+            var changes: [Change] = [.reloaded]
+            for signal in held {
+                if signal.serial > replySerial {
+                    if let change = ObjectTree.apply(signal, to: &s.objects) { changes.append(change) }
+                } else if let value = ObjectTree.notifiedValue(signal) {
+                    changes.append(value)
+                }
+            }
+            return changes
         }
+    }
+
+    /// A PropertiesChanged that carries a characteristic's `Value`, as a value-only change.
+    private static func notifiedValue(_ signal: Message) -> Change? {
+        guard signal.member == "PropertiesChanged", let path = signal.path, signal.body.count >= 2,
+              signal.body[0].string == "org.bluez.GattCharacteristic1",
+              let value = signal.body[1].stringDictionary?["Value"]?.unwrapped else { return nil }
+        return .properties(path, interface: "org.bluez.GattCharacteristic1", changed: ["Value": value], invalidated: [])
     }
 
     /// Ends a load that failed, keeping the objects: the signals held meanwhile apply on top.

@@ -135,4 +135,34 @@ private func changed(_ path: ObjectPath, _ props: [(String, Value)], invalidated
         #expect(result.stale == 0, "\(result.stale) changes reached the observer after a newer one was applied")
         #expect(result.last == tree.properties(at: device, "org.bluez.Device1")?["RSSI"])
     }
+
+    /// A notification that arrives while GetManagedObjects is under way is in the snapshot (its
+    /// serial is older than the reply's) but must still reach the observer: it was an event.
+    @Test func aNotificationHeldDuringALoadIsStillReported() {
+        let tree = ObjectTree()
+        let characteristic = ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01/service0010/char0011")!
+        let seen = Mutex<[String]>([])
+        tree.setObserver { change in
+            switch change {
+            case .reloaded: seen.withLock { $0.append("reloaded") }
+            case .properties(_, "org.bluez.GattCharacteristic1", let changed, _):
+                if let bytes = changed["Value"]?.bytes { seen.withLock { $0.append("value \(bytes)") } }
+            default: break
+            }
+        }
+        tree.beginLoading()
+        func value(_ bytes: [UInt8], serial: UInt32) -> Message {
+            var m = Message.signal(path: characteristic, interface: Connection.propertiesInterface, member: "PropertiesChanged",
+                                   [.string("org.bluez.GattCharacteristic1"), .stringVariantDictionary([("Value", .bytes(bytes))]), .strings([])])
+            m.serial = serial
+            m.sender = bluez
+            return m
+        }
+        tree.apply(value([1], serial: 9))   // before the reply: in the snapshot, still an event
+        tree.apply(value([2], serial: 11))  // after it: applied on top
+        tree.load([characteristic: ["org.bluez.GattCharacteristic1": ["Value": .bytes([1]), "UUID": .string("2a37")]]],
+                  replySerial: 10, owner: bluez)
+        #expect(seen.withLock { $0 } == ["reloaded", "value [1]", "value [2]"])
+        #expect(tree.properties(at: characteristic, "org.bluez.GattCharacteristic1")?["Value"] == .bytes([2]))
+    }
 }
