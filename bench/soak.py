@@ -421,7 +421,7 @@ def fault_windows(soak, floor, grace):
     windows = {s.device: [] for s in soak.subs}
     for f in soak.faults:
         f["back_after"] = f["resumed_after"] = None
-        f["down"] = 0
+        f["down"], f["backs"] = 0, {}
         if not f["hits"]:
             for d in windows:
                 windows[d].append((f["t"], f["t"] + grace))
@@ -434,6 +434,7 @@ def fault_windows(soak, floor, grace):
                 windows[d].append((f["t"], f["t"] + grace))
                 continue
             end = back if back is not None else float("inf")
+            f["backs"][d] = end
             windows[d].append((f["t"], end + grace))
             backs.append(end - f["t"])
             firsts = [floor.first_after(s.tag, back) if back is not None else None for s in soak.subs if s.device == d]
@@ -445,9 +446,10 @@ def fault_windows(soak, floor, grace):
 
 def count_losses(tally, cutoff, cutoff_t, floor, windows):
     """One tally up to `cutoff`: expected, received, lost during faults, lost outside faults, lost
-    that the simulator did send on D-Bus, and the runs of values lost outside ([t first, t last, n])."""
+    that the simulator did send on D-Bus (and which: `sent_values`), and the runs of values lost
+    outside ([t first, t last, n])."""
     sub = tally.sub
-    n = dict(expected=0, received=0, during=0, outside=0, sent=0, runs=[])
+    n = dict(expected=0, received=0, during=0, outside=0, sent=0, runs=[], sent_values=[])
     if tally.lo is None or cutoff is None or cutoff < tally.lo:
         return n
     gaps = [g for g in tally.gaps if g[0] < cutoff]
@@ -460,7 +462,9 @@ def count_losses(tally, cutoff, cutoff_t, floor, windows):
             t = seen.get(v)
             if t is None:
                 t = min(tn, tp + (v - vp) * sub.interval)
-            n["sent"] += v in seen
+            if v in seen:
+                n["sent"] += 1
+                n["sent_values"].append((v, t))
             if any(a <= t <= b for a, b in windows[sub.device]):
                 n["during"] += 1
                 run = None
@@ -649,7 +653,7 @@ def report(args, soak, floor, clients, log_client, r):
               f" {'sent':>6} {'dup':>5} {'dropped':>7} {'reconn':>6} {'errors':>6}  open"]
     totals = dict(expected=0, received=0, during=0, outside=0, sent=0)
     errors = len(soak.http_errors)
-    outside_runs = []
+    outside_runs, sent_lost = [], {}
     for c in clients:
         row = dict(expected=0, received=0, during=0, outside=0, sent=0)
         for tag, tally in c.tallies.items():
@@ -657,6 +661,8 @@ def report(args, soak, floor, clients, log_client, r):
             for k in row:
                 row[k] += n[k]
             outside_runs += [(c.name, tally.sub, *run) for run in n["runs"]]
+            for v, t in n["sent_values"]:
+                sent_lost.setdefault((tally.sub, v, t), []).append(c.name)
         for k in totals:
             totals[k] += row[k]
         errors += len(c.errors)
@@ -677,9 +683,16 @@ def report(args, soak, floor, clients, log_client, r):
             lines.append(f"    {name:<6} {sub}  t={t1:.1f} s ({soak.clock(t1)}) to t={t2:.1f} s ({soak.clock(t2)}): {count}")
         if len(outside_runs) > 20:
             lines.append(f"    … and {len(outside_runs) - 20} more")
+    if sent_lost:
+        lines.append("  lost although the simulator sent them on D-Bus (characteristic, value, when D-Bus carried it, clients):")
+        for (sub, v, t), names in sorted(sent_lost.items(), key=lambda x: x[0][2])[:20]:
+            lines.append(f"    {sub} #{v} at t={t:.3f} s ({soak.clock(t)}), {around(soak, sub.device, t)}: {', '.join(names)}")
+        if len(sent_lost) > 20:
+            lines.append(f"    … and {len(sent_lost) - 20} more")
 
     reconnections = log_client.reconnections
-    expected_reconnections = sum(len(f["hits"]) for f in soak.faults)
+    downs = sum(f["down"] for f in soak.faults)
+    outages = len({(d, back) for f in soak.faults for d, back in f["backs"].items()})
     samples = [s for s in soak.samples if s[1] is not None]
     rss_max = max([s[1] for s in samples] + [r["rss_end"] or 0, r["rss_start"] or 0])
     cpu = (r["cpu_end"] - r["cpu_start"]) if r["cpu_end"] is not None and r["cpu_start"] is not None else None
@@ -690,7 +703,8 @@ def report(args, soak, floor, clients, log_client, r):
               f"  alive and answering GET /v1/state: {'yes' if r['alive'] else 'NO (exit status ' + str(r['exit']) + ')'}",
               f"  devices at the end: {', '.join(f'{d} {s}' for d, s in r['states'].items())}"
               f" (at t={r['t_back']:.1f} s; " + (f"the last fault at t={soak.faults[-1]['t']:.1f} s)" if soak.faults else "no fault)"),
-              f"  reconnections seen on the event stream: {reconnections} (faults that disconnect hit {expected_reconnections} devices)",
+              f"  reconnections seen on the event stream: {reconnections} (the faults disconnected a device {downs} times:"
+              f" {outages} outages, counting those that overlapped once)",
               f"  RSS: {r['rss_start']:.1f} MB at the start, {fmt_mb(r['rss_end'])} at the end, {rss_max:.1f} MB at most",
               f"  CPU: {fmt_s(cpu)} s over {wall:.0f} s ({(cpu or 0) / wall * 100:.2f} % of a core)",
               f"  the scan started before the soak (GET /v1/scan every 5 s): "
@@ -711,6 +725,17 @@ def report(args, soak, floor, clients, log_client, r):
     log("")
     log(final)
     return ok, r
+
+
+def around(soak, device, t):
+    """Where a moment lies among the faults and the device's connection events."""
+    fault = next((f for f in reversed(soak.faults) if f["t"] <= t), None)
+    before = next(((te, e) for te, e in reversed(soak.events) if te <= t and e.get("device") == device), None)
+    after = next(((te, e) for te, e in soak.events if te > t and e.get("device") == device), None)
+    parts = [f"{t - fault['t']:.2f} s after {fault['kind']} at t={fault['t']:.1f} s" if fault else "before any fault"]
+    parts += [f"{abs(t - te):.3f} s {word} `{e.get('state')}` ({soak.clock(te)})"
+              for word, x in (("after", before), ("before", after)) if x for te, e in [x]]
+    return "; ".join(parts)
 
 
 def fmt_mb(x, unit=" MB"):
