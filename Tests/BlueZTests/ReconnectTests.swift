@@ -212,6 +212,31 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         #expect(await rig.central.scanStatus().scanning)
     }
 
+    /// Only our adapter coming back hurries an attempt. bluetoothd may own others (in the
+    /// realbluez lab, hci1 is the peripheral itself): one of them powered on says nothing about
+    /// whether ours can reach the device.
+    @Test func anotherAdapterPoweredOnDoesNotHurryAnAttempt() async throws {
+        let slow = ReconnectPolicy(first: 30...30, factor: 2, jitter: 0, maximum: 60)
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true, policy: slow)
+        defer { rig.close() }
+        let since = rig.events.recorded
+        try await rig.control("DropLink", [.string(CentralRig.serial.description)])
+        _ = try await rig.events.wait(since: since, reconnecting(CentralRig.serial))
+        let other = ObjectPath("/org/bluez/hci9")!
+        let adapter = { (powered: Bool) in Value.stringVariantDictionary([("Address", .string("00:1A:7D:DA:71:99")), ("Powered", .bool(powered))]) }
+        try rig.server.send(.signal(path: .root, interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded",
+                                    [.objectPath(other), .dictionary(key: Signature("s")!, value: Signature("a{sv}")!, [.init(.string(BlueZ.adapterInterface), adapter(false))])]))
+        try rig.server.send(.signal(path: other, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                                    [.string(BlueZ.adapterInterface), adapter(true), .strings([])]))
+        let end = ContinuousClock.now + .seconds(5)
+        while try await rig.central.adapters().first(where: { $0.id == "hci9" })?.powered != true, ContinuousClock.now < end {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try await rig.central.adapters().map(\.id) == ["hci0", "hci9"])
+        #expect(rig.events.count(reconnecting(CentralRig.serial)) == 1, "only the attempt 30 s after the loss")
+        #expect(try await rig.central.peripheral(CentralRig.serial).reconnect?.attempt == 1)
+    }
+
     @Test func backoffGrowsAndStaysBounded() {
         let policy = ReconnectPolicy.standard
         #expect(policy.delay(attempt: 1) { $0.lowerBound } == 1)

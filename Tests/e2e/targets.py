@@ -39,6 +39,7 @@ def realbluez():
         "secure": periph,
         "duplicated_180a": periph,
         "connect_timeout": 20,
+        "state_dir": env.get("RB_STATE_DIR", os.path.dirname(env_file)),
     }
 
 

@@ -13,32 +13,18 @@ from conftest import wait_for
 HR = "F0:00:00:00:00:01"
 
 
-class SSE:
-    """An SSE stream read on a thread of its own; `wait(predicate)` waits for a matching event."""
+class Events:
+    """Events a reader thread collects, each with its arrival time (`at`, monotonic);
+    `wait(predicate)` waits for a matching one."""
 
-    def __init__(self, gw, query):
-        self.events, self.cond = [], threading.Condition()
-        self.opened = threading.Event()
-        self.resp = urllib.request.urlopen(gw.base + "/v1/events?" + query, timeout=60)
-        self.opened.set()
-        threading.Thread(target=self._read, daemon=True).start()
+    def __init__(self):
+        self.events, self.at, self.cond = [], [], threading.Condition()
 
-    def _read(self):
-        current = {}
-        try:
-            for raw in self.resp:
-                line = raw.decode().rstrip("\n")
-                if line == "":
-                    if "data" in current:
-                        with self.cond:
-                            self.events.append(json.loads(current["data"]))
-                            self.cond.notify_all()
-                    current = {}
-                elif not line.startswith(":") and ":" in line:
-                    key, value = line.split(":", 1)
-                    current[key] = value.strip()
-        except Exception:
-            pass
+    def add(self, event):
+        with self.cond:
+            self.events.append(event)
+            self.at.append(time.monotonic())
+            self.cond.notify_all()
 
     def wait(self, predicate, timeout, since=0):
         deadline = time.monotonic() + timeout
@@ -51,6 +37,30 @@ class SSE:
                 if left <= 0:
                     return None
                 self.cond.wait(left)
+
+
+class SSE(Events):
+    """An SSE stream read on a thread of its own."""
+
+    def __init__(self, gw, query):
+        super().__init__()
+        self.resp = urllib.request.urlopen(gw.base + "/v1/events?" + query, timeout=60)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        current = {}
+        try:
+            for raw in self.resp:
+                line = raw.decode().rstrip("\n")
+                if line == "":
+                    if "data" in current:
+                        self.add(json.loads(current["data"]))
+                    current = {}
+                elif not line.startswith(":") and ":" in line:
+                    key, value = line.split(":", 1)
+                    current[key] = value.strip()
+        except Exception:
+            pass
 
     def close(self):
         self.resp.close()
