@@ -92,13 +92,20 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         #expect(rig.events.count(reconnecting(CentralRig.serial)) == 0)
     }
 
-    @Test func requestsWhileReconnectingSaySo() async throws {
+    /// The serial module kept connected with its first attempt 30 s away, and its link lost:
+    /// the attempt is announced and pending.
+    private func lostWithAnAttemptPending() async throws -> CentralRig {
         let slow = ReconnectPolicy(first: 30...30, factor: 2, jitter: 0, maximum: 60)
         let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true, policy: slow)
-        defer { rig.close() }
         let since = rig.events.recorded
         try await rig.control("DropLink", [.string(CentralRig.serial.description)])
         _ = try await rig.events.wait(since: since, reconnecting(CentralRig.serial))
+        return rig
+    }
+
+    @Test func requestsWhileReconnectingSaySo() async throws {
+        let rig = try await lostWithAnAttemptPending()
+        defer { rig.close() }
         let refused = await #expect(throws: BLEError.self) {
             _ = try await rig.central.readValue(CentralRig.serial, serialCharacteristic, offset: 0)
         }
@@ -216,12 +223,8 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
     /// realbluez lab, hci1 is the peripheral itself): one of them powered on says nothing about
     /// whether ours can reach the device.
     @Test func anotherAdapterPoweredOnDoesNotHurryAnAttempt() async throws {
-        let slow = ReconnectPolicy(first: 30...30, factor: 2, jitter: 0, maximum: 60)
-        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true, policy: slow)
+        let rig = try await lostWithAnAttemptPending()
         defer { rig.close() }
-        let since = rig.events.recorded
-        try await rig.control("DropLink", [.string(CentralRig.serial.description)])
-        _ = try await rig.events.wait(since: since, reconnecting(CentralRig.serial))
         let other = ObjectPath("/org/bluez/hci9")!
         let adapter = { (powered: Bool) in Value.stringVariantDictionary([("Address", .string("00:1A:7D:DA:71:99")), ("Powered", .bool(powered))]) }
         try rig.server.send(.signal(path: .root, interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded",
