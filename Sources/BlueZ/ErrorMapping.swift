@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Threading
 
 /// The one table from BlueZ's D-Bus errors to CoreBluetooth codes.
 ///
@@ -106,5 +107,19 @@ public enum ErrorMapping {
     private static func hex(_ v: UInt8) -> String {
         let s = String(v, radix: 16, uppercase: true)
         return s.count == 1 ? "0" + s : s
+    }
+}
+
+extension BLEError {
+    /// A queue that would not take an operation: busy (503, retry later) or cancelled.
+    init(refusal: SerialQueues<some Hashable & Sendable>.Refusal, waitingFor what: String) {
+        switch refusal {
+        case .full(let waiting):
+            self.init(.outOfSpace, "\(waiting) operations are already waiting for \(what); retry later")
+        case .timedOut(let waited):
+            self.init(.outOfSpace, "waited \(waited) for \(what) without getting a turn; retry later")
+        case .cancelled:
+            self.init(.operationCancelled, "cancelled while waiting for \(what)")
+        }
     }
 }

@@ -386,17 +386,3 @@ final class Scanner: Sendable {
         return info
     }
 }
-
-extension BLEError {
-    /// A queue that would not take an operation: busy (503, retry later) or cancelled.
-    init(refusal: SerialQueues<some Hashable & Sendable>.Refusal, waitingFor what: String) {
-        switch refusal {
-        case .full(let waiting):
-            self.init(.outOfSpace, "\(waiting) operations are already waiting for \(what); retry later")
-        case .timedOut(let waited):
-            self.init(.outOfSpace, "waited \(waited) for \(what) without getting a turn; retry later")
-        case .cancelled:
-            self.init(.operationCancelled, "cancelled while waiting for \(what)")
-        }
-    }
-}
