@@ -244,7 +244,7 @@ final class Connector: Sendable {
     }
 
     /// After a reload (bluetoothd left or came back): a device whose link was up and no longer is
-    /// lost it; kept devices waiting for their next attempt try soon if Bluetooth is usable.
+    /// lost it (whether the others try early is `observe`'s transition check).
     private func reconcileLinks() {
         let lost = up.withLock { up -> [BluetoothAddress] in
             let gone = up.filter { id in
@@ -304,9 +304,9 @@ final class Connector: Sendable {
         if schedule { scheduleAttempt(id, after: error) }
     }
 
-    /// Kept devices waiting for their next attempt try now (Bluetooth just became usable).
+    /// Kept devices waiting for their next attempt try now (Bluetooth just became usable: the
+    /// caller saw the state turn poweredOn).
     private func retrySoon(_ why: String) {
-        guard link.status().state == .poweredOn else { return }
         let waiting = kept.withLock { k in k.filter { !$0.value.attempting && $0.value.timer != nil }.map(\.key) }
         for id in waiting.sorted() {
             log("\(id): trying again now: \(why)")
