@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
-// Dependencies point one way: executables → Gateway → (HTTPServer, BLE); BlueZ → (DBus, BLE);
+// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE); BlueZ → (DBus, BLE);
 // Simulator → (DBus, BLE). Only CDBus/CMicroHTTPD touch C.
 import PackageDescription
 
@@ -23,7 +23,9 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
-        .target(name: "Gateway", dependencies: ["HTTPServer", "BLE", "Threading"]),
+        // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
+        .target(name: "Access", dependencies: ["HTTPServer"]),
+        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
@@ -34,6 +36,7 @@ let package = Package(
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
+        .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Threading"]),
     ],
     swiftLanguageModes: [.v6]

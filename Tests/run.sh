@@ -32,7 +32,7 @@ grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail 
 
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
-.build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets
+.build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml
 py=.build/venv/bin/python
 
 step "end-to-end against gattway --simulate"

@@ -921,7 +921,12 @@ def main():
         lift = [x for f in ("--max-streams", "--max-connections") if f in help_text for x in (f, "20000")]
         if not lift:
             log("bench: gattway --help lists no --max-streams / --max-connections: its default limits apply")
-        gateways.append(Gateway("gattway", [GATTWAY], rss_extra=lift))
+        # Every client of the bench has one address (loopback), so the per-client limits, which
+        # guard a gateway from one greedy client, are lifted in every phase; the Python gateway
+        # has none.
+        per_client = [x for f, v in (("--rate-limit", "0"), ("--max-client-connections", "20000"),
+                                     ("--max-client-streams", "20000")) if f in help_text for x in (f, v)]
+        gateways.append(Gateway("gattway", [GATTWAY, *per_client], rss_extra=lift))
     if a.only != "gattway":
         if os.path.exists(a.python_gateway):
             script = a.python_gateway.endswith(".py")

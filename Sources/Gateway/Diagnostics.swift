@@ -115,10 +115,10 @@ enum Prometheus {
 
 extension Gateway {
     /// Wraps the router: every answer counted, timed and, when it is an error, kept in the error log.
-    public func instrumented(_ router: Router) -> @Sendable (Request) async -> Response {
+    func instrumented(_ handler: @escaping Handler) -> Handler {
         { request in
             let start = ContinuousClock.now
-            let response = await router.handle(request)
+            let response = await handler(request)
             let elapsed = ContinuousClock.now - start
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             self.requests.observe(method: request.method, status: response.status, seconds: seconds)

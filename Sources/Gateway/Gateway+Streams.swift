@@ -9,21 +9,51 @@ extension Gateway {
         router.add("GET", "/v1/ws", { request in
             // The place is taken at once and handed to the session; an upgrade that never
             // happens (the client left first) gives it back when the response is dropped.
-            guard self.streams.acquire() else { return self.streams.refusal(JSON.Layout(request)) }
-            let place = StreamPlace(self.streams)
-            return Response.webSocket(request, maxMessageBytes: 64 * 1024) { socket in
-                await self.webSocketSession(socket)
+            let place: StreamPlace
+            switch self.admitStream(request) {
+            case .admitted(let taken): place = taken
+            case .refused(let refusal): return refusal
+            }
+            let readOnly = self.access.role(of: request) == .readOnly
+            // A browser that offers subprotocols (one may carry the token) needs one chosen.
+            let offered = WebSocketHandshake.offeredSubprotocols(request)
+            return Response.webSocket(request, subprotocol: offered.contains(Self.webSocketSubprotocol) ? Self.webSocketSubprotocol : nil,
+                                      maxMessageBytes: self.limits.webSocketMessageBytes) { socket in
+                await self.webSocketSession(socket, readOnly: readOnly, client: request.clientAddress)
                 place.release()
             }
         })
+    }
+
+    /// The subprotocol of `/v1/ws`, for clients that offer one (`["gattway", "bearer.TOKEN"]`).
+    static let webSocketSubprotocol = "gattway"
+
+    private enum StreamAdmission {
+        case admitted(StreamPlace)
+        case refused(Response)
+    }
+
+    /// A place for one more event stream, or the answer that refuses it (logged).
+    private func admitStream(_ request: Request) -> StreamAdmission {
+        switch streams.acquire(request.clientAddress) {
+        case .success(let place):
+            return .admitted(place)
+        case .failure(let refusal):
+            let response = refusal.response(JSON.Layout(request))
+            access.refusals.refused("streams", client: request.clientAddress, "\(response.status) \(request.method) \(request.path)")
+            return .refused(response)
+        }
     }
 
     // MARK: - Server-Sent Events
 
     private func serverSentEvents(_ request: Request) async -> Response {
         let layout = JSON.Layout(request)
-        guard streams.acquire() else { return streams.refusal(layout) }
-        let place = StreamPlace(streams)
+        let place: StreamPlace
+        switch admitStream(request) {
+        case .admitted(let taken): place = taken
+        case .refused(let refusal): return refusal
+        }
         let selection: Selection
         let hold: NotificationHolds.Key?
         do throws(BLEError) {
@@ -95,10 +125,17 @@ extension Gateway {
 
     // MARK: - WebSocket
 
-    private func webSocketSession(_ socket: WebSocket) async {
+    private func webSocketSession(_ socket: WebSocket, readOnly: Bool, client address: String) async {
         let client = StreamClient(id: hub.newClientID(), transport: .webSocket(socket), counters: hub.counters)
         hub.add(client)
-        let session = WebSocketSession(gateway: self, client: client)
+        let session = WebSocketSession(gateway: self, client: client, readOnly: readOnly)
+        socket.onClose { [access, limits] code in
+            switch code {
+            case 1009: access.refusals.refused("websocket", client: address, "a message over \(limits.webSocketMessageBytes) bytes: closed 1009")
+            case 1002, 1007: access.refusals.refused("websocket", client: address, "broke the WebSocket protocol: closed \(code)")
+            default: break
+            }
+        }
         for await message in socket.messages {
             let reply: [UInt8]
             if case .text(let text) = message {
@@ -112,6 +149,7 @@ extension Gateway {
                 socket.close(code: 1008, reason: "reply did not fit the send buffer: read what the socket sends")
             }
         }
+
         client.close()
         hub.remove(client)
         await session.end()

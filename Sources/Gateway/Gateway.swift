@@ -1,3 +1,4 @@
+import Access
 import BLE
 import HTTPServer
 import Synchronization
@@ -9,6 +10,9 @@ public final class Gateway: Sendable {
     let hub: EventHub
     let holds: NotificationHolds
     let streams: StreamLimit
+    let limits: Limits
+    /// Tokens, origins, rates: consulted in front of every route, and by `/v1/ws` for its role.
+    let access: AccessControl
     /// Whether a connect without `autoReconnect` keeps the device connected.
     let autoReconnect: Bool
     /// What outlives gattway (`--state-dir`).
@@ -23,18 +27,22 @@ public final class Gateway: Sendable {
 
     /// - Parameters:
     ///   - keepAliveInterval: how often an SSE stream gets a comment, so that proxies keep it open.
-    ///   - maxStreams: event streams (SSE and WebSocket) open at once; more are answered 503.
+    ///   - limits: event streams and WebSocket messages.
+    ///   - access: who may do what (default: no tokens, pages of the gateway's own origin only).
     ///   - autoReconnect: the default of a connect's `autoReconnect`.
     ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
-    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000,
-                autoReconnect: Bool = false, stateDirectory: String? = nil, log: @escaping @Sendable (String) -> Void = { _ in }) {
+    public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), limits: Limits = Limits(),
+                access: AccessControl? = nil, autoReconnect: Bool = false, stateDirectory: String? = nil,
+                log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.central = central
+        self.limits = limits
+        self.access = access ?? AccessControl(.init(origins: try! OriginPolicy(allowing: [])), log: log)
         self.autoReconnect = autoReconnect
         let restoration = Restoration(directory: stateDirectory, log: log)
         self.restoration = restoration
         self.version = version
         hub = EventHub(keepAliveInterval: keepAliveInterval)
-        streams = StreamLimit(limit: maxStreams)
+        streams = StreamLimit(limit: limits.streams, perClient: limits.clientStreams)
         let holds = NotificationHolds(central: central)
         self.holds = holds
         central.setEventHandler { [hub, weak self] event in
@@ -47,6 +55,12 @@ public final class Gateway: Sendable {
     /// Restores what the state directory says (the scan, kept devices, REST holds); kept devices
     /// that cannot connect now are tried again by the central. `GET /v1/restoration` reports it.
     public func restore() async { await restoration.restore(central: central, holds: holds) }
+
+    /// What the server runs for every request: the routes behind access control, counted and timed.
+    public func handler() -> Handler {
+        let router = router()
+        return instrumented(access.guarded(router.handle, allowedMethods: router.allowedMethods))
+    }
 
     /// The transport's errors (unknown route, oversize body) in the API's error shape.
     public static let errorResponder: @Sendable (ServerError) -> Response = { Response.error($0) }
@@ -102,6 +116,22 @@ public final class Gateway: Sendable {
                 return .error(unexpected, status: 500, layout: layout)
             }
         }
+    }
+}
+
+/// What one client, and all of them, may hold open.
+public struct Limits: Sendable {
+    /// Event streams (SSE and WebSocket) open at once; more are answered 503.
+    public var streams: Int
+    /// Event streams open at once from one client address; more are answered 429.
+    public var clientStreams: Int
+    /// The largest WebSocket message a client may send; a larger one closes the socket (1009).
+    public var webSocketMessageBytes: Int
+
+    public init(streams: Int = 10_000, clientStreams: Int = 1_000, webSocketMessageBytes: Int = 64 * 1024) {
+        self.streams = streams
+        self.clientStreams = clientStreams
+        self.webSocketMessageBytes = webSocketMessageBytes
     }
 }
 

@@ -82,6 +82,25 @@ extension Response {
             return .error(BLEError(.connectionLimitReached,
                                    "gattway serves at most \(limit) connections (--max-connections) and has that many open; retry later"),
                           status: 503)
+        case .tooManyConnectionsFromClient(let limit):
+            return .error(BLEError(.connectionLimitReached,
+                                   "this address has \(limit) connections open, as many as one client may (--max-client-connections); retry later"),
+                          status: 429)
+        case .unauthorized(let message, let invalidToken):
+            var response = Response.error(BLEError(att: .insufficientAuthentication, message), status: 401)
+            response.headers.append((name: "WWW-Authenticate",
+                                     value: "Bearer realm=\"gattway\"" + (invalidToken ? ", error=\"invalid_token\"" : "")))
+            return response
+        case .forbidden(let message):
+            return .error(BLEError(att: .insufficientAuthorization, message), status: 403)
+        case .unsupportedMediaType(let message):
+            var response = Response.error(BLEError(.invalidParameters, message), status: 415)
+            response.headers.append((name: "Accept", value: "application/json"))
+            return response
+        case .tooManyRequests(let message, let retryAfter):
+            var response = Response.error(BLEError(.connectionLimitReached, message), status: 429)
+            response.headers.append((name: "Retry-After", value: String(retryAfter)))
+            return response
         }
     }
 }

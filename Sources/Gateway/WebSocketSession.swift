@@ -16,10 +16,13 @@ final class WebSocketSession: Sendable {
     private let gateway: Gateway
     private let client: StreamClient
     private let state = Mutex<(next: Int, holds: [String: NotificationHolds.Key])>((0, [:]))
+    /// Opened with a read-only token: subscribe and read, never write.
+    private let readOnly: Bool
 
-    init(gateway: Gateway, client: StreamClient) {
+    init(gateway: Gateway, client: StreamClient, readOnly: Bool = false) {
         self.gateway = gateway
         self.client = client
+        self.readOnly = readOnly
     }
 
     struct Command: StrictDecodable {
@@ -96,6 +99,9 @@ final class WebSocketSession: Sendable {
             return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(read.handle),
                          value: format.encode(read.value), format: format.rawValue, length: read.value.count)
         case "write":
+            guard !readOnly else {
+                throw BLEError(att: .insufficientAuthorization, "this socket was opened with a read-only token: it may subscribe and read, not write")
+            }
             let (device, ref) = try target(command)
             guard let text = command.value else { throw BLEError(.invalidParameters, "write needs a value") }
             let value = try Gateway.format(command.format).decode(text)

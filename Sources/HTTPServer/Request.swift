@@ -68,6 +68,15 @@ public struct Request: Sendable {
     public func header(_ name: String) -> String? {
         headers[name.lowercased()]
     }
+
+    /// The peer's address without its port (`127.0.0.1`, `::1`): what per-client limits count by.
+    public var clientAddress: String {
+        if remoteAddress.hasPrefix("["), let end = remoteAddress.firstIndex(of: "]") {
+            return String(remoteAddress[remoteAddress.index(after: remoteAddress.startIndex)..<end])
+        }
+        guard let colon = remoteAddress.lastIndex(of: ":") else { return remoteAddress }
+        return String(remoteAddress[..<colon])
+    }
 }
 
 /// Splitting and percent-decoding of request targets.

@@ -6,16 +6,19 @@ extension Response {
     /// `Connection: Upgrade`, `Sec-WebSocket-Version: 13`, a `Sec-WebSocket-Key` of 16 bytes)
     /// with 101 and then runs `handler` with the socket; the socket is closed (1000) when `handler`
     /// returns. An invalid request gets 400 from the errorResponder (`.badRequest`), a version
-    /// other than 13 gets 426 with `Sec-WebSocket-Version: 13`. No subprotocol or extension
-    /// (compression) is negotiated.
+    /// other than 13 gets 426 with `Sec-WebSocket-Version: 13`. No extension (compression) is
+    /// negotiated.
     ///
     /// - Parameters:
+    ///   - subprotocol: the subprotocol chosen, one the client offered in
+    ///     `Sec-WebSocket-Protocol` (browsers fail a handshake that names another); nil for none.
     ///   - maxMessageBytes: a longer message (fragments together) closes the socket with 1009.
     ///   - pingInterval: a client silent this long is pinged; silent for twice as long, it is
     ///     dropped (1006). `.zero` turns this off.
     ///   - sendBufferBytes: the most bytes `send` queues before refusing.
     public static func webSocket(
         _ request: Request,
+        subprotocol: String? = nil,
         maxMessageBytes: Int = 1 << 20,
         pingInterval: Duration = .seconds(20),
         sendBufferBytes: Int = 1 << 20,
@@ -33,16 +36,15 @@ extension Response {
                 maxMessageBytes: max(0, maxMessageBytes), pingInterval: pingInterval,
                 sendBufferBytes: max(126, sendBufferBytes), handler: handler)
             // MHD adds `Connection: Upgrade`.
-            return Response(
-                status: 101,
-                headers: [(name: "Upgrade", value: "websocket"), (name: "Sec-WebSocket-Accept", value: accept)],
-                kind: .webSocket(upgrade))
+            var headers = [(name: "Upgrade", value: "websocket"), (name: "Sec-WebSocket-Accept", value: accept)]
+            if let subprotocol { headers.append((name: "Sec-WebSocket-Protocol", value: subprotocol)) }
+            return Response(status: 101, headers: headers, kind: .webSocket(upgrade))
         }
     }
 }
 
 /// The opening handshake of RFC 6455 section 4.2, server side.
-enum WebSocketHandshake {
+public enum WebSocketHandshake {
     enum Refusal: Error, Equatable {
         case badRequest(String)
         /// `Sec-WebSocket-Version` is not 13.
@@ -77,6 +79,11 @@ enum WebSocketHandshake {
         let status = gw_sha1(input, input.count, &digest)
         precondition(status == 0, "GnuTLS SHA-1 failed: \(status)")
         return Data(digest).base64EncodedString()
+    }
+
+    /// The subprotocols a request offers (`Sec-WebSocket-Protocol`), in its order, case kept.
+    public static func offeredSubprotocols(_ request: Request) -> [String] {
+        (request.header("Sec-WebSocket-Protocol") ?? "").split(separator: ",").map(withoutSpaces).filter { !$0.isEmpty }
     }
 
     /// The lower-cased comma-separated tokens of a header value.

@@ -43,6 +43,12 @@ public struct Response: Sendable {
         Response(status: status, headers: headers, kind: .stream(body))
     }
 
+    /// An error for the server's `errorResponder` to render (in the API's error shape), with its
+    /// status and these headers added.
+    public static func error(_ error: ServerError, headers: [(name: String, value: String)] = []) -> Response {
+        Response(status: error.status, headers: headers, kind: .error(error))
+    }
+
     /// `.error` rendered by `errorResponder`; any other response as it is.
     func rendered(by errorResponder: @Sendable (ServerError) -> Response) -> Response {
         guard case .error(let error) = kind else { return self }

@@ -59,6 +59,15 @@ public final class Router: Sendable {
         return response
     }
 
+    /// The methods routed for the request's path (`HEAD` where `GET` is), sorted; empty for an
+    /// unknown path. CORS preflight answers list them.
+    public func allowedMethods(_ request: Request) -> [String] {
+        let routes = self.routes.withLock { $0 }
+        var allowed = Set(routes.filter { $0.match(request.pathSegments) != nil }.map(\.method))
+        if allowed.contains("GET") { allowed.insert("HEAD") }
+        return allowed.sorted()
+    }
+
     /// Runs the most specific of the matching routes for `method`, if there is one.
     private func run(
         _ request: Request, _ matches: [(route: Route, parameters: [String: String])], method: String

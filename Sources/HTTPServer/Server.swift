@@ -28,6 +28,9 @@ public final class Server: Sendable {
     ///     answered `errorResponder(.tooManyConnections)` (503, `Retry-After`) and the connection
     ///     closed; `connectionReserve` more are accepted for that, past which the kernel's
     ///     backlog holds new connections until some close.
+    ///   - connectionsPerClient: open connections from one peer address. A request on one beyond
+    ///     it is answered `errorResponder(.tooManyConnectionsFromClient)` (429, `Retry-After`)
+    ///     and its connection closed. `Int.max`: no such limit.
     ///   - idleTimeoutSeconds: an idle connection (not one waiting for its handler) is closed after this.
     ///   - log: receives libmicrohttpd's error messages (client resets and the like), on its I/O
     ///     thread; it must not block. Nil drops them; start-up errors are thrown either way.
@@ -40,6 +43,7 @@ public final class Server: Sendable {
         maxBodyBytes: Int = 64 * 1024,
         connectionLimit: Int = 1024,
         connectionReserve: Int = Server.defaultConnectionReserve,
+        connectionsPerClient: Int = Int.max,
         idleTimeoutSeconds: Int = 60,
         log: (@Sendable (String) -> Void)? = nil,
         errorResponder: @escaping @Sendable (ServerError) -> Response,
@@ -54,7 +58,7 @@ public final class Server: Sendable {
         self.port = try core.start(
             host: host, address: address, port: port,
             connectionLimit: max(1, connectionLimit), connectionReserve: max(1, connectionReserve),
-            idleTimeoutSeconds: idleTimeoutSeconds)
+            connectionsPerClient: max(1, connectionsPerClient), idleTimeoutSeconds: idleTimeoutSeconds)
         self.core = core
     }
 

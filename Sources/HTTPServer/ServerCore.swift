@@ -50,6 +50,10 @@ final class ServerCore: Sendable {
     private let connections = Atomic<Int>(0)
     /// Set by `start`: past it a request is answered 503 and its connection closed.
     private let limit = Atomic<Int>(Int.max)
+    /// Set by `start`: past it a request is answered 429 and its connection closed.
+    private let perClientLimit = Atomic<Int>(Int.max)
+    /// Open connections by peer address. A leaf lock: taken in MHD's connection notifications.
+    private let perClient = Mutex<[ClientKey: Int]>([:])
     /// Messages MHD logs while starting (the reason a bind failed); nil once started.
     private let startupMessages = Mutex<[String]?>(nil)
 
@@ -69,9 +73,10 @@ final class ServerCore: Sendable {
     /// `Server` keeps `self` alive and stops the daemon before letting go of it.
     func start(
         host: String, address: ListenAddress, port: UInt16, connectionLimit: Int, connectionReserve: Int,
-        idleTimeoutSeconds: Int
+        connectionsPerClient: Int, idleTimeoutSeconds: Int
     ) throws -> UInt16 {
         limit.store(connectionLimit, ordering: .relaxed)
+        perClientLimit.store(connectionsPerClient, ordering: .relaxed)
         let cls = Unmanaged.passUnretained(self).toOpaque()
         var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_ALLOW_UPGRADE.rawValue | MHD_USE_ERROR_LOG.rawValue
@@ -192,6 +197,13 @@ final class ServerCore: Sendable {
         let limit = limit.load(ordering: .relaxed)
         if connections.load(ordering: .relaxed) > limit {
             var response = errorResponder(.tooManyConnections(limit: limit))
+            response.headers += [(name: "Retry-After", value: "5"), (name: "Connection", value: "close")]
+            return queue(response, on: connection)
+        }
+        let perClientLimit = perClientLimit.load(ordering: .relaxed)
+        if perClientLimit < Int.max, let key = gw_mhd_client_address(connection).flatMap(ClientKey.init),
+            perClient.withLock({ $0[key] ?? 0 }) > perClientLimit {
+            var response = errorResponder(.tooManyConnectionsFromClient(limit: perClientLimit))
             response.headers += [(name: "Retry-After", value: "5"), (name: "Connection", value: "close")]
             return queue(response, on: connection)
         }
@@ -341,8 +353,15 @@ final class ServerCore: Sendable {
 
     var openConnections: Int { connections.load(ordering: .relaxed) }
 
-    fileprivate func connectionChanged(opened: Bool) {
+    fileprivate func connectionChanged(_ connection: OpaquePointer?, opened: Bool) {
         connections.add(opened ? 1 : -1, ordering: .relaxed)
+        guard perClientLimit.load(ordering: .relaxed) < Int.max,
+            let key = connection.flatMap(gw_mhd_client_address).flatMap(ClientKey.init)
+        else { return }
+        perClient.withLock { counts in
+            let count = (counts[key] ?? 0) + (opened ? 1 : -1)
+            counts[key] = count > 0 ? count : nil
+        }
     }
 
     fileprivate func record(_ message: String) {
@@ -391,7 +410,8 @@ private func connectionNotified(
     code: MHD_ConnectionNotificationCode
 ) {
     guard let cls else { return }
-    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connectionChanged(opened: code.rawValue == 0)  // MHD_CONNECTION_NOTIFY_STARTED
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connectionChanged(
+        connection, opened: code.rawValue == 0)  // MHD_CONNECTION_NOTIFY_STARTED
 }
 
 /// Releases the request's context. Called with MHD's mutex held: takes no lock.

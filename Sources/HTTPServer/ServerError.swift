@@ -12,6 +12,17 @@ public enum ServerError: Error, Sendable, Equatable {
     /// More connections are open than the server's `connectionLimit`: this one is answered and
     /// closed. The server adds `Retry-After`.
     case tooManyConnections(limit: Int)
+    /// This client has `limit` connections open, as many as one client may: this one is
+    /// answered 429 and closed. The server adds `Retry-After`.
+    case tooManyConnectionsFromClient(limit: Int)
+    /// No valid credentials (access control). `invalidToken`: some were given, and are wrong.
+    case unauthorized(String, invalidToken: Bool)
+    /// Credentials or origin that do not allow this request (access control).
+    case forbidden(String)
+    /// A body (or a declared one) in a media type the route does not take.
+    case unsupportedMediaType(String)
+    /// The client sends faster than it may; it may retry after `retryAfter` seconds.
+    case tooManyRequests(String, retryAfter: Int)
 
     /// The HTTP status this error stands for.
     public var status: Int {
@@ -21,6 +32,10 @@ public enum ServerError: Error, Sendable, Equatable {
         case .methodNotAllowed: 405
         case .badRequest: 400
         case .tooManyConnections: 503
+        case .tooManyConnectionsFromClient, .tooManyRequests: 429
+        case .unauthorized: 401
+        case .forbidden: 403
+        case .unsupportedMediaType: 415
         }
     }
 }

@@ -40,6 +40,20 @@ enum ListenAddress {
     }
 }
 
+/// A peer's IP address (4 or 16 bytes, no port): the key of per-client connection counts.
+struct ClientKey: Hashable, Sendable {
+    let bytes: [UInt8]
+
+    init?(_ address: UnsafePointer<sockaddr>) {
+        let raw = UnsafeRawPointer(address)
+        switch Int32(address.pointee.sa_family) {
+        case AF_INET: bytes = withUnsafeBytes(of: raw.loadUnaligned(as: sockaddr_in.self).sin_addr) { Array($0) }
+        case AF_INET6: bytes = withUnsafeBytes(of: raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr) { Array($0) }
+        default: return nil
+        }
+    }
+}
+
 /// `address:port` for IPv4, `[address]:port` for IPv6, "" for anything else.
 func describePeer(_ address: UnsafePointer<sockaddr>) -> String {
     let raw = UnsafeRawPointer(address)

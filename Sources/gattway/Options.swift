@@ -19,6 +19,22 @@ struct Options {
     var staleAfterSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
+    /// Access: a token file (`--tokens`), tokens from `GATTWAY_TOKENS`, listed browser origins,
+    /// and whether serving beyond loopback without tokens was asked for (`--no-auth`).
+    var tokensFile: String?
+    var tokensList: String?
+    var allowedOrigins: [String] = []
+    var noAuth = false
+    /// Requests per second per client address (0: no limit); each may burst to twice as many.
+    var rateLimit = 100.0
+    var maxClientConnections = 1_024
+    var maxClientStreams = 512
+    var maxWebSocketMessage = 64 * 1024
+
+    /// Whether `host` is a loopback address, reachable from this machine only.
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
 
     /// Where state is kept: the option, else (not when simulating) systemd's STATE_DIRECTORY,
     /// /var/lib/gattway when it can be used, or ~/.local/state/gattway.
@@ -36,7 +52,7 @@ struct Options {
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
-    Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]]
+    Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -71,14 +87,39 @@ struct Options {
                            $STATE_DIRECTORY, /var/lib/gattway if usable, else
                            ~/.local/state/gattway; with --simulate nothing unless given.
                            "none": keep nothing
+      --tokens FILE        bearer tokens, one a line: TOKEN, or ro:TOKEN for one that may only
+                           GET and open event streams (16-512 characters of A-Z a-z 0-9 - . _ ~;
+                           `#` comments). With tokens every route but GET /v1/state needs
+                           Authorization: Bearer TOKEN (?access_token= for event streams).
+                           SIGHUP reads the file again
+      --no-auth            serve a non-loopback --listen address without tokens (anyone who
+                           can reach it may use every device); without tokens gattway refuses
+                           to listen beyond loopback otherwise
+      --allow-origin ORIGIN
+                           a web origin (scheme://host[:port], or *) whose pages may use the
+                           API (CORS) and open WebSockets; repeatable. Default: only pages the
+                           gateway's own origin serves. Requests without Origin (curl, scripts)
+                           are not affected
+      --rate-limit N       requests per second per client address, bursts of 2N (default 100;
+                           0: no limit); past it 429 with Retry-After
+      --max-client-connections N
+                           connections from one client address (default 1024); past it 429
+      --max-client-streams N
+                           event streams from one client address (default 512); past it 429
+      --max-ws-message BYTES
+                           the largest WebSocket message a client may send (default 65536);
+                           a larger one closes the socket with 1009
       --help               this text
       --version            the version
 
     Environment:
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
-      GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR
+      GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
+      GATTWAY_ALLOW_ORIGINS (comma-separated)
                                 defaults for the options above; flags win
+      GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
+                                addition to --tokens FILE
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
     /services|/characteristics/{char}[/value|/notifications]]], live events on /v1/events (SSE)
@@ -100,6 +141,11 @@ struct Options {
             }
             if let auto = environment("GATTWAY_AUTO_RECONNECT") { options.autoReconnect = ["1", "true", "yes"].contains(auto.lowercased()) }
             if let dir = environment("GATTWAY_STATE_DIR"), !dir.isEmpty { options.stateDir = .some(dir == "none" ? nil : dir) }
+            if let tokens = environment("GATTWAY_TOKENS"), !tokens.isEmpty { options.tokensList = tokens }
+            if let noAuth = environment("GATTWAY_NO_AUTH") { options.noAuth = ["1", "true", "yes"].contains(noAuth.lowercased()) }
+            if let origins = environment("GATTWAY_ALLOW_ORIGINS") {
+                options.allowedOrigins = origins.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }.filter { !$0.isEmpty }
+            }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -144,6 +190,23 @@ struct Options {
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
                     options.stateDir = .some(dir == "none" ? nil : dir)
+                case "--tokens":
+                    let file = try value()
+                    guard !file.isEmpty else { throw UsageError("--tokens takes a file") }
+                    options.tokensFile = file
+                case "--no-auth": options.noAuth = true
+                case "--allow-origin": options.allowedOrigins.append(try value())
+                case "--rate-limit":
+                    guard let n = Double(try value()), n >= 0, n <= 1_000_000 else {
+                        throw UsageError("--rate-limit takes requests per second, 0 for no limit")
+                    }
+                    options.rateLimit = n
+                case "--max-client-connections":
+                    options.maxClientConnections = try count(try value(), "--max-client-connections", 1...1_000_000)
+                case "--max-client-streams":
+                    options.maxClientStreams = try count(try value(), "--max-client-streams", 0...1_000_000)
+                case "--max-ws-message":
+                    options.maxWebSocketMessage = try count(try value(), "--max-ws-message", 125...(64 << 20))
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
@@ -157,7 +220,20 @@ struct Options {
             return .exit(code: 2, message: "gattway: \(error)")
         }
         options.maxStreams = min(options.maxStreams, options.maxConnections)
+        if !options.noAuth && !isLoopback(options.host) && options.tokensFile == nil && options.tokensList == nil {
+            return .exit(code: 2, message: """
+                gattway: --listen \(options.host) without tokens would let anyone who reaches it use every device.
+                Give --tokens FILE (or GATTWAY_TOKENS), or --no-auth to do it anyway.
+                """)
+        }
         return .run(options)
+    }
+
+    private static func count(_ text: String, _ flag: String, _ range: ClosedRange<Int>) throws -> Int {
+        guard let n = Int(text), range.contains(n) else {
+            throw UsageError("\(flag) takes a number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return n
     }
 
     private mutating func setListen(_ text: String) throws {

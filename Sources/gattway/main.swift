@@ -1,3 +1,4 @@
+import Access
 import BlueZ
 import DBus
 import Dispatch
@@ -73,8 +74,75 @@ func makeDirectories(_ path: String) -> Bool {
     return access(path, W_OK | X_OK) == 0
 }
 
+/// The tokens of `--tokens FILE` and `GATTWAY_TOKENS`, together.
+func loadTokens(_ options: Options) throws -> TokenSet {
+    var set = TokenSet()
+    if let list = options.tokensList { set = try TokenSet.parse(list: list, source: "GATTWAY_TOKENS") }
+    if let file = options.tokensFile {
+        guard let text = readFile(file) else {
+            throw TokenError(description: "\(file): cannot read it (\(String(cString: strerror(errno))))")
+        }
+        set = try set.merged(with: try TokenSet.parse(lines: text, source: file), source: file)
+    }
+    return set
+}
+
+/// A whole file as UTF-8 text, nil if it cannot be read.
+func readFile(_ path: String) -> String? {
+    guard let file = fopen(path, "r") else { return nil }
+    defer { fclose(file) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = fread(&chunk, 1, chunk.count, file)
+        if count > 0 { bytes += chunk[..<count] }
+        if count < chunk.count { break }
+    }
+    return ferror(file) == 0 ? String(decoding: bytes, as: UTF8.self) : nil
+}
+
+/// On SIGHUP, the token file is read again; a file that cannot be used leaves the tokens as they were.
+func reloadTokensOnHangUp(_ options: Options, _ access: AccessControl) -> DispatchSourceSignal {
+    signal(SIGHUP, SIG_IGN)
+    let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+    source.setEventHandler {
+        do {
+            let set = try loadTokens(options)
+            if set.isEmpty && access.requiresTokens {
+                log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)")
+                return
+            }
+            access.replaceTokens(set)
+            log("tokens: SIGHUP: \(set.count) token(s) in force, \(set.readOnlyCount) read-only")
+        } catch {
+            log("tokens: SIGHUP: \(error); keeping the tokens in force")
+        }
+    }
+    source.resume()
+    return source
+}
+
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
+    let access: AccessControl
+    do {
+        let tokens = try loadTokens(options)
+        access = AccessControl(.init(tokens: tokens, origins: try OriginPolicy(allowing: options.allowedOrigins),
+                                     requestsPerSecond: options.rateLimit, requestBurst: 2 * options.rateLimit,
+                                     openPaths: ["/v1/state"]), log: log)
+        if tokens.isEmpty {
+            log("access: no tokens: whoever can reach \(options.host) may use every route"
+                + (Options.isLoopback(options.host) ? " (loopback: this machine only)" : " (--no-auth)"))
+        } else {
+            log("access: \(tokens.count) token(s), \(tokens.readOnlyCount) read-only; every route but GET /v1/state needs one")
+        }
+        if !options.allowedOrigins.isEmpty { log("access: pages from \(options.allowedOrigins.joined(separator: ", ")) may use the API") }
+    } catch {
+        writeError("gattway: \(error)\n")
+        return 2
+    }
+    let hangUp = reloadTokensOnHangUp(options, access)
+    defer { hangUp.cancel() }
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -115,21 +183,23 @@ func run(_ options: Options) async -> Int32 {
     let maxStreams = min(options.maxStreams, maxConnections)
     let environment: (String) -> String? = { key in getenv(key).map { String(cString: $0) } }
     var stateDirectory = options.stateDirectory(environment: environment) { path in
-        access(path, W_OK | X_OK) == 0 || (mkdir(path, 0o750) == 0)
+        Glibc.access(path, W_OK | X_OK) == 0 || (mkdir(path, 0o750) == 0)
     }
     if let dir = stateDirectory, !makeDirectories(dir) {
         log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts")
         stateDirectory = nil
     }
     log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
+    let limits = Limits(streams: maxStreams, clientStreams: options.maxClientStreams,
+                        webSocketMessageBytes: options.maxWebSocketMessage)
     let gateway = Gateway(central: central, version: gattwayVersion,
-                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams,
-                          autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
-    let serve = gateway.instrumented(gateway.router())
+                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), limits: limits,
+                          access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
+    let serve = gateway.handler()
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
-                            connectionLimit: maxConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
+                            connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
             let start = ContinuousClock.now
             let response = await serve(request)
             let elapsed = ContinuousClock.now - start

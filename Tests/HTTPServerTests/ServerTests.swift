@@ -12,6 +12,9 @@ let testErrorResponder: @Sendable (ServerError) -> Response = { error in
     case .methodNotAllowed(let allowed): "methodNotAllowed \(allowed.joined(separator: ","))"
     case .badRequest(let message): "badRequest \(message)"
     case .tooManyConnections(let limit): "tooManyConnections \(limit)"
+    case .tooManyConnectionsFromClient(let limit): "tooManyConnectionsFromClient \(limit)"
+    case .unauthorized(let message, _), .forbidden(let message), .unsupportedMediaType(let message),
+         .tooManyRequests(let message, _): message
     }
     return Response.json(error.status, Array("{\"error\":\"\(kind)\"}".utf8))
 }

@@ -79,7 +79,7 @@ class Gateway:
     def request(self, method, path, body=None, raw=None, headers=None):
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
-        if data is not None:
+        if data is not None and not any(k.lower() == "content-type" for k in (headers or {})):
             req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:

@@ -10,7 +10,7 @@ def open_sse(gw):
     """A raw SSE request; returns the socket and the response head once it arrived."""
     url = urllib.parse.urlparse(gw.base)
     sock = socket.create_connection((url.hostname, url.port), timeout=10)
-    sock.sendall(b"GET /v1/events?types=state HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.sendall(b"GET /v1/events?types=state HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(4096)
@@ -40,7 +40,7 @@ def test_streams_past_the_limit_get_503_and_requests_go_on():
         # A WebSocket is a stream too.
         url = urllib.parse.urlparse(gw.base)
         ws = socket.create_connection((url.hostname, url.port), timeout=10)
-        ws.sendall(b"GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        ws.sendall(b"GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
         assert ws.recv(4096).startswith(b"HTTP/1.1 503")
         ws.close()

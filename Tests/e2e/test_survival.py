@@ -35,7 +35,8 @@ def rss_mb(pid):
 def test_fifty_thousand_notifications_and_reads_in_one_process():
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(config(), f)
-    gw = Gateway(["--simulate", f.name])
+    # As fast as reads go: no --rate-limit (this is the core under load, not the limits).
+    gw = Gateway(["--simulate", f.name, "--rate-limit", "0"])
     try:
         gw.discover(DEVICE)
         assert gw.post(f"/v1/devices/{DEVICE}/connect", {"timeout": 10})[0] == 200
