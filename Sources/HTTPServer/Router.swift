@@ -49,9 +49,7 @@ public final class Router: Sendable {
             response.body = []
             return response
         }
-        var allowed = Set(matches.map(\.route.method))
-        if allowed.contains("GET") { allowed.insert("HEAD") }
-        let allow = allowed.sorted()
+        let allow = Self.allowed(matches.map(\.route.method))
         var response = errorResponder(.methodNotAllowed(allowed: allow))
         if response.header("Allow") == nil {
             response.headers.append((name: "Allow", value: allow.joined(separator: ", ")))
@@ -63,7 +61,12 @@ public final class Router: Sendable {
     /// unknown path. CORS preflight answers list them.
     public func allowedMethods(_ request: Request) -> [String] {
         let routes = self.routes.withLock { $0 }
-        var allowed = Set(routes.filter { $0.match(request.pathSegments) != nil }.map(\.method))
+        return Self.allowed(routes.filter { $0.match(request.pathSegments) != nil }.map(\.method))
+    }
+
+    /// The methods of some routes, with `HEAD` where `GET` is, sorted.
+    private static func allowed(_ methods: [String]) -> [String] {
+        var allowed = Set(methods)
         if allowed.contains("GET") { allowed.insert("HEAD") }
         return allowed.sorted()
     }
