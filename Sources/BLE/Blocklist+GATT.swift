@@ -21,6 +21,13 @@ extension Blocklist {
         }
     }
 
+    /// The service `selector` names among those clients see.
+    public func service(_ selector: AttributeSelector, in services: [GATTService]) throws(BLEError) -> GATTService {
+        try pickVisible(in: services, "service \(selector)") { tree throws(BLEError) in
+            try selector.pick(tree, kind: "service", handle: \.handle, uuid: \.uuid)
+        }
+    }
+
     /// The characteristic `ref` names among those clients see, if they may `operation` it.
     public func characteristic(_ ref: CharacteristicRef, in services: [GATTService],
                                for operation: Operation) throws(BLEError) -> GATTCharacteristic {

@@ -95,9 +95,9 @@ public struct Blocklist: Sendable, Equatable {
     public var entries: [Entry] { table.values.sorted { $0.uuid < $1.uuid } }
 
     /// The entry that forbids `operation` on an attribute, given the UUIDs from its service down to
-    /// it (the outermost such entry), or nil when it is allowed.
+    /// it (the attribute's own entry first, then its containers'), or nil when it is allowed.
     public func entry(forbidding operation: Operation, path: [BluetoothUUID]) -> Entry? {
-        path.lazy.compactMap { table[$0] }.first { $0.exclusions.isSuperset(of: operation.forbiddenBy) }
+        path.reversed().lazy.compactMap { table[$0] }.first { $0.exclusions.isSuperset(of: operation.forbiddenBy) }
     }
 }
 

@@ -4,7 +4,10 @@ import Synchronization
 
 /// The REST API over a `Central`: routes, request parsing and response shapes.
 public final class Gateway: Sendable {
-    let central: Central
+    /// The backend as the blocklist lets clients use it.
+    let central: BlocklistedCentral
+    /// The GATT blocklist in force (`GET /v1/blocklist`).
+    let blocklist: Blocklist
     public let version: String
     let hub: EventHub
     let holds: NotificationHolds
@@ -26,9 +29,13 @@ public final class Gateway: Sendable {
     ///   - maxStreams: event streams (SSE and WebSocket) open at once; more are answered 503.
     ///   - autoReconnect: the default of a connect's `autoReconnect`.
     ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
+    ///   - blocklist: the GATT attributes clients may not use, or only read or write.
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), maxStreams: Int = 10_000,
-                autoReconnect: Bool = false, stateDirectory: String? = nil, log: @escaping @Sendable (String) -> Void = { _ in }) {
+                autoReconnect: Bool = false, stateDirectory: String? = nil, blocklist: Blocklist = .standard,
+                log: @escaping @Sendable (String) -> Void = { _ in }) {
+        let central = BlocklistedCentral(base: central, blocklist: blocklist)
         self.central = central
+        self.blocklist = blocklist
         self.autoReconnect = autoReconnect
         let restoration = Restoration(directory: stateDirectory, log: log)
         self.restoration = restoration
@@ -69,6 +76,7 @@ public final class Gateway: Sendable {
             return status
         })
         router.add("GET", "/v1/restoration", handle { _ in RestorationBody(self.restoration) })
+        router.add("GET", "/v1/blocklist", handle { _ in BlocklistBody(self.blocklist) })
         router.add("GET", "/v1/devices", { request in
             // The version is read before the list, so a kept answer is never older than it says.
             // Only the compact form is kept: `?pretty` is for people, and encoded each time.

@@ -19,6 +19,10 @@ struct Options {
     var staleAfterSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
+    /// Operator GATT blocklist files (`--blocklist`, repeatable), beside the default list unless
+    /// `--no-default-blocklist`.
+    var blocklistFiles: [String] = []
+    var defaultBlocklist = true
 
     /// Where state is kept: the option, else (not when simulating) systemd's STATE_DIRECTORY,
     /// /var/lib/gattway when it can be used, or ~/.local/state/gattway.
@@ -71,6 +75,14 @@ struct Options {
                            $STATE_DIRECTORY, /var/lib/gattway if usable, else
                            ~/.local/state/gattway; with --simulate nothing unless given.
                            "none": keep nothing
+      --blocklist FILE     GATT attributes clients may not use, in Web Bluetooth's blocklist
+                           format: a UUID a line, alone (hidden from discovery, never read or
+                           written) or followed by exclude-reads (reads and notifications) or
+                           exclude-writes; # comments. Added to the default list (HID,
+                           firmware-update services, FIDO, ...; GET /v1/blocklist lists what is
+                           in force); may be given more than once. Refused: 403 uuidNotAllowed
+      --no-default-blocklist
+                           leave out the default list: only the --blocklist files count
       --help               this text
       --version            the version
 
@@ -144,6 +156,8 @@ struct Options {
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
                     options.stateDir = .some(dir == "none" ? nil : dir)
+                case "--blocklist": options.blocklistFiles.append(try value())
+                case "--no-default-blocklist": options.defaultBlocklist = false
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -1,3 +1,4 @@
+import BLE
 import BlueZ
 import DBus
 import Dispatch
@@ -75,6 +76,13 @@ func makeDirectories(_ path: String) -> Bool {
 
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
+    let blocklist: Blocklist
+    do {
+        blocklist = try options.blocklist()
+    } catch {
+        writeError("gattway: \(error.message)\n")
+        return 2
+    }
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -122,9 +130,11 @@ func run(_ options: Options) async -> Int32 {
         stateDirectory = nil
     }
     log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
+    let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
+    log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), maxStreams: maxStreams,
-                          autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
+                          autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, blocklist: blocklist, log: log)
     let serve = gateway.instrumented(gateway.router())
     let server: Server
     do {

@@ -92,6 +92,8 @@ private func parse(_ text: String) throws -> Blocklist { try Blocklist(parsing: 
         (["aaaa", "2a19"], .write, false, "aaaa exclude-writes"),
         (["aaaa", "2a19"], .read, true, nil),
         (["aaaa", "2a19"], .discovery, true, nil),
+        // The attribute's own entry is named first.
+        (["aaaa", "2a19", "2902"], .write, false, "2902 exclude-writes"),
     ])
     func anAttributeIsJudgedByItsPath(path: [String], operation: Blocklist.Operation, allowed: Bool, entry: String?) {
         let uuids = path.map(uuid)
@@ -142,6 +144,21 @@ private func parse(_ text: String) throws -> Blocklist { try Blocklist(parsing: 
         do {
             let c = try Self.list.characteristic(ref, in: Self.tree, for: operation)
             #expect(refusal == nil, "allowed \(c.label)")
+        } catch {
+            #expect(error.code == .cb(.uuidNotAllowed))
+            #expect(error.message == refusal)
+        }
+    }
+
+    @Test(arguments: [
+        (AttributeSelector.uuid(uuid("180d")), nil as String?),
+        (.uuid(uuid("1812")), "service 1812 is in the GATT blocklist: it is hidden from clients"),
+        (.handle(0x0020), "service 0x0020 is in the GATT blocklist: it is hidden from clients"),
+    ])
+    func servicesAreCheckedAsAddressed(selector: AttributeSelector, refusal: String?) {
+        do {
+            let service = try Self.list.service(selector, in: Self.tree)
+            #expect(refusal == nil, "allowed \(service.uuid)")
         } catch {
             #expect(error.code == .cb(.uuidNotAllowed))
             #expect(error.message == refusal)
