@@ -58,10 +58,11 @@ public struct Blocklist: Sendable, Equatable {
 
     /// Parses a blocklist file's text; `source` names it in entries and errors.
     public init(parsing text: String, source: String) throws(BlocklistError) {
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // By `isNewline`: "\r\n" is one Character, which a split at "\n" would not cut.
+        for (index, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let line = index + 1
             let content = rawLine.prefix { $0 != "#" }
-            let words = content.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+            let words = content.split(whereSeparator: { $0 == " " || $0 == "\t" })
             guard let first = words.first else { continue }
             guard let uuid = BluetoothUUID(String(first)) else {
                 throw BlocklistError(source: source, line: line, message: "\"\(first)\" is not a UUID")

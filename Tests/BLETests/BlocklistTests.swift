@@ -26,6 +26,12 @@ private func parse(_ text: String) throws -> Blocklist { try Blocklist(parsing: 
         #expect(entries.first?.sources == ["test:1"])
     }
 
+    @Test func windowsLineEndsCountLinesAlike() throws {
+        let list = try parse("# edited elsewhere\r\n1812\r\n\r\n2a25 exclude-reads\r\n")
+        #expect(list.entries.map(\.sources) == [["test:2"], ["test:4"]])
+        #expect(throws: BlocklistError(source: "test", line: 2, message: "\"18\" is not a UUID")) { try parse("1812\r\n18\r\n") }
+    }
+
     @Test func commentsAndBlankLinesAreNotEntries() throws {
         #expect(try parse("").entries.isEmpty)
         #expect(try parse("# only a comment\n\n   \n\t# indented comment\n").entries.isEmpty)
