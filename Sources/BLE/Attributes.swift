@@ -26,7 +26,7 @@ public struct CharacteristicRef: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// Which descriptor a request means: among one characteristic's descriptors, or the device's.
-public struct DescriptorRef: Sendable, Hashable {
+public struct DescriptorRef: Sendable, Hashable, CustomStringConvertible {
     public var characteristic: CharacteristicRef?
     public var descriptor: AttributeSelector
 
@@ -34,6 +34,10 @@ public struct DescriptorRef: Sendable, Hashable {
         self.characteristic = characteristic
         self.descriptor = descriptor
     }
+
+    public static func handle(_ handle: UInt16) -> Self { Self(.handle(handle)) }
+
+    public var description: String { characteristic.map { "\(descriptor) of characteristic \($0)" } ?? descriptor.description }
 
     public func pick(in services: [GATTService]) throws(BLEError) -> GATTDescriptor {
         let candidates = try characteristic.map { ref throws(BLEError) in try ref.pick(in: services).descriptors }
@@ -121,7 +125,19 @@ extension GATTCharacteristic {
     }
 
     /// "0x0027 (2a37)".
-    public var label: String { "\(AttributeSelector.format(handle)) (\(uuid.shortForm ?? uuid.uuidString))" }
+    public var label: String { AttributeSelector.label(handle, uuid) }
 
     private var propertyList: String { properties.names.isEmpty ? "none" : properties.names.joined(separator: ", ") }
+}
+
+extension GATTDescriptor {
+    /// "0x0029 (2902)".
+    public var label: String { AttributeSelector.label(handle, uuid) }
+}
+
+extension AttributeSelector {
+    /// An attribute as people read it: "0x0027 (2a37)".
+    static func label(_ handle: UInt16, _ uuid: BluetoothUUID) -> String {
+        "\(format(handle)) (\(uuid.shortForm ?? uuid.uuidString))"
+    }
 }

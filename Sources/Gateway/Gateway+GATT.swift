@@ -105,8 +105,7 @@ extension Gateway {
     }
 
     private func service(_ request: Request) async throws(BLEError) -> GATTService {
-        let services = try await central.services(try Self.deviceID(request))
-        return try Self.selector(request, "service").pick(services, kind: "service", handle: \.handle, uuid: \.uuid)
+        try await central.service(try Self.deviceID(request), try Self.selector(request, "service"))
     }
 
     /// The characteristic `{char}` names: within `{service}` when the route has one, else on the whole device.

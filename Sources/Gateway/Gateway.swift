@@ -5,7 +5,10 @@ import Synchronization
 
 /// The REST API over a `Central`: routes, request parsing and response shapes.
 public final class Gateway: Sendable {
-    let central: Central
+    /// The backend as the blocklist lets clients use it.
+    let central: BlocklistedCentral
+    /// The GATT blocklist in force (`GET /v1/blocklist`).
+    let blocklist: Blocklist
     public let version: String
     let hub: EventHub
     let holds: NotificationHolds
@@ -31,10 +34,13 @@ public final class Gateway: Sendable {
     ///   - access: who may do what (default: no tokens, pages of the gateway's own origin only).
     ///   - autoReconnect: the default of a connect's `autoReconnect`.
     ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
+    ///   - blocklist: the GATT attributes clients may not use, or only read or write.
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), limits: Limits = Limits(),
                 access: AccessControl? = nil, autoReconnect: Bool = false, stateDirectory: String? = nil,
-                log: @escaping @Sendable (String) -> Void = { _ in }) {
+                blocklist: Blocklist = .standard, log: @escaping @Sendable (String) -> Void = { _ in }) {
+        let central = BlocklistedCentral(base: central, blocklist: blocklist)
         self.central = central
+        self.blocklist = blocklist
         self.limits = limits
         self.access = access ?? AccessControl(.init(origins: try! OriginPolicy(allowing: [])), log: log)
         self.autoReconnect = autoReconnect
@@ -83,6 +89,7 @@ public final class Gateway: Sendable {
             return status
         })
         router.add("GET", "/v1/restoration", handle { _ in RestorationBody(self.restoration) })
+        router.add("GET", "/v1/blocklist", handle { _ in BlocklistBody(self.blocklist) })
         router.add("GET", "/v1/devices", { request in
             // The version is read before the list, so a kept answer is never older than it says.
             // Only the compact form is kept: `?pretty` is for people, and encoded each time.

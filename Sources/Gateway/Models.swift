@@ -381,3 +381,26 @@ struct NotifyState: Encodable {
     var uuid: String
     var isNotifying: Bool
 }
+
+/// `GET /v1/blocklist`: the GATT blocklist in force, one entry per UUID.
+struct BlocklistBody: Encodable {
+    struct Entry: Encodable {
+        var uuid: String
+        /// "all" (hidden), "reads" or "writes".
+        var exclude: String
+        /// The lines that listed it: "default:3", "/etc/gattway/blocklist.txt:7".
+        var sources: [String]
+    }
+    var entries: [Entry]
+
+    init(_ blocklist: Blocklist) {
+        entries = blocklist.entries.map { entry in
+            let exclude = switch entry.exclusions {
+            case .reads: "reads"
+            case .writes: "writes"
+            default: "all"
+            }
+            return Entry(uuid: entry.uuid.uuidString, exclude: exclude, sources: entry.sources)
+        }
+    }
+}

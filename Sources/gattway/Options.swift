@@ -30,6 +30,10 @@ struct Options {
     var maxClientConnections = 1_024
     var maxClientStreams = 512
     var maxWebSocketMessage = 64 * 1024
+    /// Operator GATT blocklist files (`--blocklist`, repeatable), beside the default list unless
+    /// `--no-default-blocklist`.
+    var blocklistFiles: [String] = []
+    var defaultBlocklist = true
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -109,6 +113,14 @@ struct Options {
       --max-ws-message BYTES
                            the largest WebSocket message a client may send (default 65536);
                            a larger one closes the socket with 1009
+      --blocklist FILE     GATT attributes clients may not use, in Web Bluetooth's blocklist
+                           format: a UUID a line, alone (hidden from discovery, never read or
+                           written) or followed by exclude-reads (reads and notifications) or
+                           exclude-writes; # comments. Added to the default list (HID,
+                           firmware-update services, FIDO, ...; GET /v1/blocklist lists what is
+                           in force); may be given more than once. Refused: 403 uuidNotAllowed
+      --no-default-blocklist
+                           leave out the default list: only the --blocklist files count
       --help               this text
       --version            the version
 
@@ -207,6 +219,8 @@ struct Options {
                     options.maxClientStreams = try count(try value(), "--max-client-streams", 0...1_000_000)
                 case "--max-ws-message":
                     options.maxWebSocketMessage = try count(try value(), "--max-ws-message", 125...(64 << 20))
+                case "--blocklist": options.blocklistFiles.append(try value())
+                case "--no-default-blocklist": options.defaultBlocklist = false
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -1,4 +1,5 @@
 import Access
+import BLE
 import BlueZ
 import DBus
 import Dispatch
@@ -143,6 +144,13 @@ func run(_ options: Options) async -> Int32 {
     }
     let hangUp = reloadTokensOnHangUp(options, access)
     defer { hangUp.cancel() }
+    let blocklist: Blocklist
+    do {
+        blocklist = try options.blocklist()
+    } catch {
+        writeError("gattway: \(error.message)\n")
+        return 2
+    }
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -194,8 +202,11 @@ func run(_ options: Options) async -> Int32 {
                         webSocketMessageBytes: options.maxWebSocketMessage)
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), limits: limits,
-                          access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory, log: log)
+                          access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
+                          blocklist: blocklist, log: log)
     let serve = gateway.handler()
+    let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
+    log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,

@@ -1,0 +1,85 @@
+import BLE
+
+/// The central as clients may use it under the GATT blocklist: hidden attributes are left out
+/// of the tree and refused when addressed, excluded reads (notifications too) and writes are
+/// refused (`uuidNotAllowed`, 403), and values of characteristics clients may not read are not
+/// passed on as events. The gateway reaches the device only through this, so the REST routes,
+/// event streams, WebSocket commands and restored holds all keep the same list.
+///
+/// Subscribing is a read: BlueZ writes the Client Characteristic Configuration itself
+/// (StartNotify), so the default `2902 exclude-writes` refuses only writing that descriptor
+/// directly, as Web Bluetooth's `startNotifications()` works beside the same entry.
+struct BlocklistedCentral: Central {
+    let base: Central
+    let blocklist: Blocklist
+
+    func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
+        base.setEventHandler { [blocklist] event in
+            if case .value(let update) = event,
+               !blocklist.allows(.read, path: [update.serviceUUID, update.characteristicUUID]) {
+                return
+            }
+            handler(event)
+        }
+    }
+
+    func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService] {
+        blocklist.visible(try await base.services(id))
+    }
+
+    /// The service `selector` names (no `Central` requirement: the gateway picks services itself).
+    func service(_ id: BluetoothAddress, _ selector: AttributeSelector) async throws(BLEError) -> GATTService {
+        try blocklist.service(selector, in: try await base.services(id))
+    }
+
+    func characteristic(_ id: BluetoothAddress, _ ref: CharacteristicRef) async throws(BLEError) -> GATTCharacteristic {
+        try blocklist.characteristic(ref, in: try await base.services(id), for: .discovery)
+    }
+
+    // Each operation goes on by the handle the check resolved, so the backend acts on exactly
+    // the attribute that was checked.
+
+    func readValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, offset: Int) async throws(BLEError) -> AttributeValue {
+        let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .read)
+        return try await base.readValue(id, .handle(c.handle), offset: offset)
+    }
+
+    func writeValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, _ value: [UInt8], type: WriteType,
+                    fragment: Bool) async throws(BLEError) -> WriteOutcome {
+        let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .write)
+        return try await base.writeValue(id, .handle(c.handle), value, type: type, fragment: fragment)
+    }
+
+    func readDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, offset: Int) async throws(BLEError) -> AttributeValue {
+        let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .read)
+        return try await base.readDescriptor(id, .handle(d.handle), offset: offset)
+    }
+
+    func writeDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, _ value: [UInt8]) async throws(BLEError) -> WriteOutcome {
+        let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .write)
+        return try await base.writeDescriptor(id, .handle(d.handle), value)
+    }
+
+    /// Starting is checked as a read; stopping never is, so that a release always goes through.
+    func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
+        if enabled { _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read) }
+        return try await base.setNotifyValue(enabled, id, characteristic: characteristic)
+    }
+
+    // The rest is not about attributes. Advertised service UUIDs stay in device lists, as Web
+    // Bluetooth leaves them: anyone in radio range receives them anyway.
+
+    func status() async -> ManagerStatus { await base.status() }
+    func adapters() async throws(BLEError) -> [AdapterInfo] { try await base.adapters() }
+    func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await base.startScan(options) }
+    func stopScan() async throws(BLEError) -> ScanStatus { try await base.stopScan() }
+    func scanStatus() async -> ScanStatus { await base.scanStatus() }
+    func peripherals() async -> [PeripheralInfo] { await base.peripherals() }
+    var peripheralsVersion: UInt64? { base.peripheralsVersion }
+    func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try await base.peripheral(id) }
+    func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
+        try await base.connect(id, timeout: timeout, autoReconnect: autoReconnect)
+    }
+    func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try await base.disconnect(id) }
+    func diagnostics() -> [CentralMetric] { base.diagnostics() }
+}
