@@ -11,6 +11,7 @@ public final class RefusalLog: Sendable {
         var unlogged: Int
     }
     private let entries = Mutex<[String: Entry]>([:])
+    private let counts = Mutex<[String: Int]>([:])
     private static let maxEntries = 4096
 
     public init(interval: Duration = .seconds(10), log: @escaping @Sendable (String) -> Void) {
@@ -21,6 +22,7 @@ public final class RefusalLog: Sendable {
     /// Logs `message` ("429 ..."), or counts it when this kind and client were logged lately.
     public func refused(_ kind: String, client: String, _ message: @autoclosure () -> String,
                         now: ContinuousClock.Instant = .now) {
+        counts.withLock { $0[kind, default: 0] += 1 }
         let key = kind + " " + client
         let unlogged: Int? = entries.withLock { entries in
             if let entry = entries[key], now - entry.logged < interval {
@@ -34,4 +36,9 @@ public final class RefusalLog: Sendable {
         guard let unlogged else { return }
         log("refused (\(kind)) \(client): \(message())" + (unlogged > 0 ? " (and \(unlogged) more since the last such line)" : ""))
     }
+}
+
+extension RefusalLog {
+    /// Refusals so far by kind (`token`, `rate`, `streams`, ...), logged or not.
+    public var countsByKind: [String: Int] { counts.withLock { $0 } }
 }

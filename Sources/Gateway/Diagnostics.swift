@@ -169,6 +169,10 @@ extension Gateway {
         let held = holds.snapshot()
         Prometheus.sample(&out, "gattway_notification_holds", [("of", "characteristics")], Double(held.count))
         Prometheus.sample(&out, "gattway_notification_holds", [("of", "holders")], Double(held.values.reduce(0, +)))
+        Prometheus.head(&out, "gattway_refusals_total", "Requests refused by access control or a limit, by kind.", "counter")
+        for (kind, n) in access.refusals.countsByKind.sorted(by: { $0.key < $1.key }) {
+            Prometheus.sample(&out, "gattway_refusals_total", [("kind", kind)], Double(n))
+        }
         Prometheus.head(&out, "gattway_stream_clients", "SSE streams and WebSockets open.", "gauge")
         Prometheus.sample(&out, "gattway_stream_clients", [], Double(streams.count))
         Prometheus.head(&out, "gattway_events_total", "Events published by the central, given to stream clients, and lost for them.", "counter")

@@ -70,12 +70,15 @@ public struct Request: Sendable {
     }
 
     /// The peer's address without its port (`127.0.0.1`, `::1`): what per-client limits count by.
-    public var clientAddress: String {
-        if remoteAddress.hasPrefix("["), let end = remoteAddress.firstIndex(of: "]") {
-            return String(remoteAddress[remoteAddress.index(after: remoteAddress.startIndex)..<end])
+    public var clientAddress: String { Self.clientAddress(of: remoteAddress) }
+
+    /// `address:port` or `[address]:port` without the port and brackets.
+    static func clientAddress(of peer: String) -> String {
+        if peer.hasPrefix("["), let end = peer.firstIndex(of: "]") {
+            return String(peer[peer.index(after: peer.startIndex)..<end])
         }
-        guard let colon = remoteAddress.lastIndex(of: ":") else { return remoteAddress }
-        return String(remoteAddress[..<colon])
+        guard let colon = peer.lastIndex(of: ":") else { return peer }
+        return String(peer[..<colon])
     }
 }
 

@@ -35,6 +35,8 @@ public final class Server: Sendable {
     ///   - log: receives libmicrohttpd's error messages (client resets and the like), on its I/O
     ///     thread; it must not block. Nil drops them; start-up errors are thrown either way.
     ///   - errorResponder: renders requests answered without the handler; called on the I/O thread.
+    ///   - onRefusal: told of each request the server refuses itself (a limit, a malformed
+    ///     request) with the client's address, on the I/O thread; it must not block.
     ///   - handler: answers every complete request, usually `router.handle`.
     /// - Throws: `ServerStartError` when the host is not an address or the socket cannot be bound.
     public init(
@@ -47,13 +49,15 @@ public final class Server: Sendable {
         idleTimeoutSeconds: Int = 60,
         log: (@Sendable (String) -> Void)? = nil,
         errorResponder: @escaping @Sendable (ServerError) -> Response,
+        onRefusal: (@Sendable (ServerError, _ client: String) -> Void)? = nil,
         handler: @escaping Handler
     ) throws {
         guard let address = ListenAddress(host: host, port: port) else {
             throw ServerStartError(host: host, port: port, reason: "not an IPv4 or IPv6 address")
         }
         let core = ServerCore(
-            maxBodyBytes: max(0, maxBodyBytes), log: log, errorResponder: errorResponder, handler: handler)
+            maxBodyBytes: max(0, maxBodyBytes), log: log, errorResponder: errorResponder, onRefusal: onRefusal,
+            handler: handler)
         self.host = host
         self.port = try core.start(
             host: host, address: address, port: port,

@@ -22,6 +22,7 @@ final class ServerCore: Sendable {
     let maxBodyBytes: Int
     let log: (@Sendable (String) -> Void)?
     let errorResponder: @Sendable (ServerError) -> Response
+    let onRefusal: (@Sendable (ServerError, _ client: String) -> Void)?
     let handler: Handler
 
     private struct Lifecycle {
@@ -59,11 +60,13 @@ final class ServerCore: Sendable {
 
     init(
         maxBodyBytes: Int, log: (@Sendable (String) -> Void)?,
-        errorResponder: @escaping @Sendable (ServerError) -> Response, handler: @escaping Handler
+        errorResponder: @escaping @Sendable (ServerError) -> Response,
+        onRefusal: (@Sendable (ServerError, _ client: String) -> Void)?, handler: @escaping Handler
     ) {
         self.maxBodyBytes = maxBodyBytes
         self.log = log
         self.errorResponder = errorResponder
+        self.onRefusal = onRefusal
         self.handler = handler
     }
 
@@ -172,14 +175,14 @@ final class ServerCore: Sendable {
         case .send(let response):
             return queue(response, on: connection)
         case .bodyTooLarge:
-            return queue(errorResponder(.bodyTooLarge(limit: maxBodyBytes)), on: connection)
+            return queue(refusal(.bodyTooLarge(limit: maxBodyBytes), connection), on: connection)
         case .shuttingDown:
             return queue(Self.shuttingDown, on: connection)
         case .run(let body):
             let request: Request
             switch readRequest(connection: connection, url: url, method: method, version: version, body: body) {
             case .success(let read): request = read
-            case .failure(let error): return queue(errorResponder(error), on: connection)
+            case .failure(let error): return queue(refusal(error, connection), on: connection)
             }
             guard suspend(context) else { return queue(Self.shuttingDown, on: connection) }
             Task {
@@ -196,14 +199,14 @@ final class ServerCore: Sendable {
     private func admit(connection: OpaquePointer, context: RequestContext) -> MHD_Result {
         let limit = limit.load(ordering: .relaxed)
         if connections.load(ordering: .relaxed) > limit {
-            var response = errorResponder(.tooManyConnections(limit: limit))
+            var response = refusal(.tooManyConnections(limit: limit), connection)
             response.headers += [(name: "Retry-After", value: "5"), (name: "Connection", value: "close")]
             return queue(response, on: connection)
         }
         let perClientLimit = perClientLimit.load(ordering: .relaxed)
         if perClientLimit < Int.max, let key = gw_mhd_client_address(connection).flatMap(ClientKey.init),
             perClient.withLock({ $0[key] ?? 0 }) > perClientLimit {
-            var response = errorResponder(.tooManyConnectionsFromClient(limit: perClientLimit))
+            var response = refusal(.tooManyConnectionsFromClient(limit: perClientLimit), connection)
             response.headers += [(name: "Retry-After", value: "5"), (name: "Connection", value: "close")]
             return queue(response, on: connection)
         }
@@ -212,10 +215,20 @@ final class ServerCore: Sendable {
         else { return .YES }
         let waitsForContinue = headerValue(connection, "Expect")?.lowercased() == "100-continue"
         if waitsForContinue || declared - maxBodyBytes > discardAllowance {
-            return queue(errorResponder(.bodyTooLarge(limit: maxBodyBytes)), on: connection)
+            return queue(refusal(.bodyTooLarge(limit: maxBodyBytes), connection), on: connection)
         }
         context.markOverLimit()
         return .YES
+    }
+
+    /// A request the server answers itself: told to `onRefusal` (with the peer's address, no
+    /// port), then rendered.
+    private func refusal(_ error: ServerError, _ connection: OpaquePointer) -> Response {
+        if let onRefusal {
+            let peer = gw_mhd_client_address(connection).map(describePeer) ?? ""
+            onRefusal(error, Request.clientAddress(of: peer))
+        }
+        return errorResponder(error)
     }
 
     /// Suspends the connection while its handler runs; false once stopping.

@@ -24,6 +24,11 @@ public enum ServerError: Error, Sendable, Equatable {
     /// The client sends faster than it may; it may retry after `retryAfter` seconds.
     case tooManyRequests(String, retryAfter: Int)
 
+    /// The case's name ("tooManyRequests"), for logs and counters.
+    public var name: String {
+        String(String(describing: self).prefix { $0 != "(" })
+    }
+
     /// The HTTP status this error stands for.
     public var status: Int {
         switch self {

@@ -210,7 +210,10 @@ func run(_ options: Options) async -> Int32 {
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
-                            connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
+                            connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder,
+                            onRefusal: { error, client in
+                                access.refusals.refused(error.name, client: client, "answered \(error.status)")
+                            }) { request in
             let start = ContinuousClock.now
             let response = await serve(request)
             let elapsed = ContinuousClock.now - start

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import urllib.parse
+import urllib.request
 
 import pytest
 import websockets
@@ -247,6 +248,10 @@ def test_connections_and_streams_per_client():
         held.clear()
         assert wait_for(lambda: gw.get("/v1/state")[0] == 200, 5)
         assert any("refused (streams) 127.0.0.1" in l for l in gw.log)
+        assert any("refused (tooManyConnectionsFromClient) 127.0.0.1: answered 429" in l for l in gw.log)
+        metrics = urllib.request.urlopen(gw.base + "/metrics", timeout=10).read().decode()
+        assert 'gattway_refusals_total{kind="streams"} 1' in metrics, metrics
+        assert 'gattway_refusals_total{kind="tooManyConnectionsFromClient"} 1' in metrics
     finally:
         for sock in held:
             sock.close()
