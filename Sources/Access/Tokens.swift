@@ -24,7 +24,8 @@ public struct TokenSet: Sendable {
     /// The tokens of a file's text; `source` names it in errors (`FILE:LINE: ...`).
     public static func parse(lines text: String, source: String) throws(TokenError) -> TokenSet {
         var set = TokenSet()
-        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // By `isNewline`: "\r\n" is one Character, which a split at "\n" would not cut.
+        for (index, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let entry = line.prefix { $0 != "#" }.trimmingWhitespace
             guard !entry.isEmpty else { continue }
             try set.add(String(entry), at: "\(source):\(index + 1)")

@@ -36,6 +36,11 @@ import Testing
         }
     }
 
+    @Test func windowsLineEndsAreLineEnds() throws {
+        let set = try TokenSet.parse(lines: "\(Self.rw)\r\nro:\(Self.ro)\r\n", source: "t")
+        #expect(set.count == 2 && set.role(of: Self.ro) == .readOnly)
+    }
+
     @Test func refusedEntriesSayWhere() {
         do {
             _ = try TokenSet.parse(lines: "# first\n\nshort", source: "/etc/gattway/tokens")
