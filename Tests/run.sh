@@ -3,7 +3,8 @@
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
-#      `websockets` library and a headless chromium), over HTTP as a client would (pytest);
+#      `websockets` library and a headless chromium), over HTTP as a client would (pytest), each
+#      answer validated against openapi.yaml; then schemathesis against it (Tests/contract);
 #   3. the faithfulness check: bleak, unchanged, against `gattway-sim`;
 #   4. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
 #      then, on the same VM, a device kept connected through a bluetoothd restart and a link loss;
@@ -32,11 +33,15 @@ grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail 
 
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
-.build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml
+.build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
+    openapi-core==0.23.1 schemathesis==4.32.5
 py=.build/venv/bin/python
 
 step "end-to-end against gattway --simulate"
 GATTWAY_BIN_DIR="$bin" $py -m pytest -q -p no:cacheprovider Tests/e2e
+
+step "openapi.yaml as the contract: schemathesis against gattway --simulate"
+bash Tests/contract/run.sh "$bin" $py
 
 step "bleak faithfulness against gattway-sim"
 PYTHON=$py bash Tests/bleak/run.sh "$bin/gattway-sim"

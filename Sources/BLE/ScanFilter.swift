@@ -4,6 +4,9 @@ protocol DataPrefixFilter {
     var mask: [UInt8]? { get }
 }
 
+/// The longest `dataPrefix` a filter takes, in bytes.
+public let longestDataPrefix = 31
+
 extension DataPrefixFilter {
     /// `data[i] & mask[i] == dataPrefix[i] & mask[i]` for every prefix byte (mask all ones when nil).
     /// A filter with a mask of the wrong length matches nothing.
@@ -15,6 +18,12 @@ extension DataPrefixFilter {
     }
 
     func validate(_ label: String) throws(BLEError) {
+        // Longer could never match a legacy advertisement, and the bound lets openapi.yaml spell
+        // out "as long as dataPrefix" for `mask`, length by length (JSON Schema cannot compare).
+        if dataPrefix.count > longestDataPrefix {
+            throw BLEError(.invalidParameters,
+                "\(label): dataPrefix has \(dataPrefix.count) bytes; at most \(longestDataPrefix), a legacy advertisement's whole payload")
+        }
         if let mask, mask.count != dataPrefix.count {
             throw BLEError(.invalidParameters,
                 "\(label): mask has \(mask.count) bytes but dataPrefix has \(dataPrefix.count); they must be the same length")

@@ -126,10 +126,12 @@ extension Gateway {
 
     /// `?uuids=180d,180f` (or the key repeated): nil when absent.
     static func uuidFilter(_ request: Request) throws(BLEError) -> Set<BluetoothUUID>? {
-        let texts = request.queryItems.filter { $0.name == "uuids" }.flatMap { $0.value.split(separator: ",") }
-        guard request.queryItems.contains(where: { $0.name == "uuids" }) else { return nil }
+        let values = request.queryItems.filter { $0.name == "uuids" }.map(\.value)
+        guard !values.isEmpty else { return nil }
         var set = Set<BluetoothUUID>()
-        for text in texts { set.insert(try Parse.uuid(String(text).trimmingSpaces, field: "uuids")) }
+        for value in values {
+            for text in try Parse.list(value, field: "uuids") { set.insert(try Parse.uuid(text, field: "uuids")) }
+        }
         return set
     }
 
@@ -177,11 +179,5 @@ extension Gateway {
         }
         let value = try Self.format(body.format).decode(body.value)
         return WriteResult(try await central.writeDescriptor(try Self.deviceID(request), try Self.descriptorRef(request), value))
-    }
-}
-
-extension String {
-    var trimmingSpaces: String {
-        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
     }
 }

@@ -92,8 +92,8 @@ extension Gateway {
         var selection = Selection()
         if let types {
             var set = EventTypes()
-            for name in types.split(separator: ",") {
-                guard let type = EventType(rawValue: String(name).trimmingSpaces) else {
+            for name in try Parse.list(types, field: "types") {
+                guard let type = EventType(rawValue: name) else {
                     throw BLEError(.invalidParameters, "unknown event type \"\(name)\"; types are state, advertisement, connection, notification")
                 }
                 set.insert(EventTypes(type))

@@ -237,6 +237,17 @@ enum Parse {
         return selector
     }
 
+    /// A comma-separated query value, as OpenAPI's `form` style writes an array: `""` is the
+    /// empty list, an empty entry is refused (each entry is then parsed as it is, spaces included).
+    static func list(_ text: String, field: String) throws(BLEError) -> [String] {
+        guard !text.isEmpty else { return [] }
+        let entries = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        guard !entries.contains("") else {
+            throw BLEError(.invalidParameters, "\(field): an empty entry in \"\(text)\"; separate the entries with single commas")
+        }
+        return entries
+    }
+
     static func hex(_ text: String?, field: String) throws(BLEError) -> [UInt8]? {
         guard let text else { return nil }
         do { return try ValueFormat.hex.decode(text) } catch {

@@ -115,6 +115,7 @@ private func with(_ options: ScanOptions, _ change: (inout ScanOptions) -> Void)
         ScanOptions(rssi: 20, timeout: 0.001),
         manufacturer([0x01, 0x02], mask: [0xFF, 0x0F]),
         serviceData([], mask: []),
+        manufacturer(Array(repeating: 0x01, count: 31), mask: Array(repeating: 0xFF, count: 31)),
     ])
     func acceptsValidOptions(options: ScanOptions) {
         #expect(throws: Never.self) { try options.validate() }
@@ -136,6 +137,8 @@ private func with(_ options: ScanOptions, _ change: (inout ScanOptions) -> Void)
         (manufacturer([0x01], mask: [0xFF, 0xFF]), "mask has 2 bytes but dataPrefix has 1"),
         (serviceData([0x01], mask: []),
          "serviceData[0] (service 0000180f-0000-1000-8000-00805f9b34fb): mask has 0 bytes but dataPrefix has 1"),
+        (manufacturer(Array(repeating: 0x01, count: 32)), "dataPrefix has 32 bytes; at most 31"),
+        (serviceData(Array(repeating: 0x01, count: 32), mask: Array(repeating: 0xFF, count: 32)), "dataPrefix has 32 bytes; at most 31"),
     ])
     func rejectsInvalidOptions(options: ScanOptions, message: String) throws {
         let error = try #require(#expect(throws: BLEError.self) { try options.validate() })

@@ -256,6 +256,23 @@ extension Reply {
         #expect(services.first?["uuid"] as? String == "0000ffe0-0000-1000-8000-00805f9b34fb")
     }
 
+    /// `?uuids=` is OpenAPI's form-style array: empty means none, and an entry the schema's
+    /// `BluetoothUUID` refuses (empty, or with spaces around it) is refused here too.
+    @Test("uuids entries are exact", arguments: [
+        ("uuids=", 200), ("uuids=ffe0,180a", 200), ("uuids=ffe0&uuids=180a", 200),
+        ("uuids=,", 400), ("uuids=ffe0,", 400), ("uuids=%20ffe0", 400), ("uuids=ffe0,,180a", 400), ("uuids=zz", 400),
+    ])
+    func uuidFilterEntries(query: String, status: Int) async throws {
+        let reply = try await call(router, "GET", dev + "/services?" + query)
+        #expect(reply.status == status)
+        if status == 400 { #expect(reply.error?["name"] as? String == "invalidParameters") }
+    }
+
+    @Test("event types are exact", arguments: [("state,connection", true), ("", true), ("state,", false), (" state", false)])
+    func eventTypeEntries(types: String, accepted: Bool) {
+        #expect(((try? Gateway.selection(types: types, device: nil, characteristic: nil, format: nil)) != nil) == accepted)
+    }
+
     @Test func ambiguousUUIDListsHandles() async throws {
         let reply = try await call(router, "GET", dev + "/services/180a")
         #expect(reply.status == 400)

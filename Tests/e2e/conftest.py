@@ -9,6 +9,8 @@ import urllib.request
 
 import pytest
 
+import contract
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -83,10 +85,12 @@ class Gateway:
             req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read() or b"null"), dict(resp.headers)
+                status, payload, headers = resp.status, resp.read(), dict(resp.headers)
         except urllib.error.HTTPError as e:
-            payload = e.read()
-            return e.code, json.loads(payload) if payload else None, dict(e.headers)
+            status, payload, headers = e.code, e.read(), dict(e.headers)
+        # Garbage sent on purpose still gets a documented answer.
+        contract.check(method, path, status, headers, payload)
+        return status, json.loads(payload) if payload else None, headers
 
     def get(self, path):
         return self.request("GET", path)
