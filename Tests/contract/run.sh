@@ -3,12 +3,16 @@
 # is the contract. Fails on any failure, and when gattway did not survive the run.
 #   Tests/contract/run.sh BIN_DIR PYTHON [MAX_EXAMPLES] [SEED]
 set -euo pipefail
-bin="$(realpath "$1")" py="$(realpath -s "$2")" examples="${3:-20}" seed="${4:-12}"
+bin="$(realpath "$1")" py="$(realpath -s "$2")" examples="${3:-5}" seed="${4:-12}"
 cd "$(dirname "$0")"
-log="$(mktemp)"
-"$bin/gattway" --simulate --listen 127.0.0.1:0 --state-dir none 2> "$log" &
+log="$(mktemp)" tokens="$(mktemp)"
+# With a token, so that schemathesis' ignored_auth check sees every operation refuse a request
+# without one; no rate limit, as schemathesis is one client sending as fast as it can.
+token="contract-$(head -c 18 /dev/urandom | base64 | tr +/ -_)"
+echo "$token" > "$tokens"
+"$bin/gattway" --simulate --listen 127.0.0.1:0 --state-dir none --tokens "$tokens" --rate-limit 0 2> "$log" &
 gw=$!
-trap 'kill "$gw" 2>/dev/null || true; wait "$gw" 2>/dev/null || true; rm -f "$log"' EXIT
+trap 'kill "$gw" 2>/dev/null || true; wait "$gw" 2>/dev/null || true; rm -f "$log" "$tokens"' EXIT
 base=""
 for _ in $(seq 100); do
     base="$(grep -o 'listening on http://[^ ]*' "$log" | head -1 | cut -d' ' -f3)" && [ -n "$base" ] && break
@@ -20,7 +24,7 @@ done
 # client leaves, which schemathesis would wait out request after request.
 rc=0
 SCHEMATHESIS_HOOKS=hooks PYTHONPATH=. "$py" -m schemathesis.cli --config-file schemathesis.toml run ../../openapi.yaml \
-    --url "$base" --checks all --seed "$seed" --max-examples "$examples" --workers 1 \
+    --url "$base" --header "Authorization: Bearer $token" --checks all --seed "$seed" --max-examples "$examples" --workers 1 \
     --exclude-path /v1/ws --exclude-path /v1/events --request-timeout 40 \
     --suppress-health-check too_slow,filter_too_much --no-color || rc=$?
 if ! kill -0 "$gw" 2>/dev/null; then

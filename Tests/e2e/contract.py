@@ -35,6 +35,8 @@ def check(method, path, status, headers, payload):
     request = MockRequest(SERVER, method.lower(), url.path,
                           args=dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True)))
     response = MockResponse(payload, status_code=status, content_type=content_type.split(";")[0], headers=headers)
+    if method == "OPTIONS":
+        return options(path, status, headers, content_type, payload)
     try:
         SPEC.validate_response(request, response)
         return
@@ -51,6 +53,17 @@ def check(method, path, status, headers, payload):
         + f"\nbody: {payload[:2000]!r}")
 
 
+def options(path, status, headers, content_type, payload):
+    """OPTIONS, which the API description documents for every path: 204 with `Allow`, or an error."""
+    if status == 204:
+        if payload or "Allow" not in headers:
+            raise ContractBroken(f"OPTIONS {path} was answered 204 with a body or without Allow: {headers}")
+        return
+    if status not in (403, 404, 429):
+        raise ContractBroken(f"OPTIONS {path} was answered {status}, which the API description does not allow")
+    return transport_error("OPTIONS", path, status, content_type, payload)
+
+
 def transport_error(method, path, status, content_type, payload):
     problems = [] if content_type == "application/json" else [f"Content-Type {content_type!r}"]
     try:
@@ -58,5 +71,5 @@ def transport_error(method, path, status, content_type, payload):
     except ValueError as e:
         problems.append(f"not JSON: {e}")
     if problems:
-        raise ContractBroken(f"{method} {path} was answered {status} ({TRANSPORT[status]}), not in the Error shape: "
+        raise ContractBroken(f"{method} {path} was answered {status} ({TRANSPORT.get(status, 'an error')}), not in the Error shape: "
                              + "; ".join(problems) + f"\nbody: {payload[:2000]!r}")
