@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE); BlueZ → (DBus, BLE);
-// Simulator → (DBus, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
+// Simulator → (DBus, BLE); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
 import PackageDescription
 
 let package = Package(
@@ -23,6 +23,8 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "Threading"]),
         .target(name: "BLE"),
         .target(name: "AESCCM", dependencies: ["CNettle"]),
+        // Advertisement decoders (BTHome, ATC1441/PVVX, MiBeacon, Ruuvi, iBeacon, Eddystone): pure logic.
+        .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
@@ -35,6 +37,7 @@ let package = Package(
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
+        .testTarget(name: "SensorsTests", dependencies: ["Sensors", "AESCCM", "BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
