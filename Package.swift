@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE); BlueZ → (DBus, BLE);
-// Simulator → (DBus, BLE). Only CDBus/CMicroHTTPD touch C.
+// Simulator → (DBus, BLE); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
 import PackageDescription
 
 let package = Package(
@@ -15,11 +15,16 @@ let package = Package(
         // cannot call (variadics, macros), so no separate C target is needed.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).
+        .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
 
         // Tools for code that runs on several threads, for every layer.
         .target(name: "Threading"),
         .target(name: "DBus", dependencies: ["CDBus", "Threading"]),
         .target(name: "BLE"),
+        .target(name: "AESCCM", dependencies: ["CNettle"]),
+        // Advertisement decoders (BTHome, ATC1441/PVVX, MiBeacon, Ruuvi, iBeacon, Eddystone): pure logic.
+        .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
@@ -32,6 +37,7 @@ let package = Package(
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
+        .testTarget(name: "SensorsTests", dependencies: ["Sensors", "AESCCM", "BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),

@@ -103,17 +103,4 @@ public struct Blocklist: Sendable, Equatable {
 }
 
 /// A blocklist line that is not an entry.
-public struct BlocklistError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var source: String
-    public var line: Int
-    public var message: String
-
-    public init(source: String, line: Int, message: String) {
-        self.source = source
-        self.line = line
-        self.message = message
-    }
-
-    /// "blocklist.txt:3: message", as compilers point at a line.
-    public var description: String { "\(source):\(line): \(message)" }
-}
+public typealias BlocklistError = LineError

@@ -1,5 +1,5 @@
-/// Hexadecimal digits, shared by the UUID, address and value parsers.
-enum Hex {
+/// Hexadecimal digits, shared by the UUID, address and value parsers (and the sensor decoders).
+package enum Hex {
     /// The value of one ASCII hex digit (either case), or nil.
     static func digit(_ c: UInt8) -> UInt8? {
         switch c {
@@ -11,7 +11,7 @@ enum Hex {
     }
 
     /// Bytes from an even number of hex digits; nil on an odd count or a non-hex character.
-    static func bytes(_ digits: some Collection<UInt8>) -> [UInt8]? {
+    package static func bytes(_ digits: some Collection<UInt8>) -> [UInt8]? {
         guard digits.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(digits.count / 2)
@@ -38,7 +38,7 @@ enum Hex {
     private static let upper = Array("0123456789ABCDEF".utf8)
 
     /// Two hex digits per byte, no separators.
-    static func string(_ bytes: some Sequence<UInt8>, uppercase: Bool = false) -> String {
+    package static func string(_ bytes: some Sequence<UInt8>, uppercase: Bool = false) -> String {
         let table = uppercase ? upper : lower
         var utf8: [UInt8] = []
         for b in bytes {
