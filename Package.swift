@@ -47,3 +47,19 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// libFuzzer targets, built and run only by Tests/fuzz/run (which sets GATTWAY_FUZZ=1): absent
+// from this manifest otherwise, so `swift build`, `swift test` and the Docker image never see
+// them. Each is Tests/fuzz/<name>/ with its seeds in Tests/fuzz/corpus/<name>/; a new one is a
+// line here and those two directories.
+if Context.environment["GATTWAY_FUZZ"] == "1" {
+    func fuzzTarget(_ name: String, _ dependencies: [Target.Dependency]) -> Target {
+        .executableTarget(name: "fuzz-\(name)", dependencies: ["FuzzSupport"] + dependencies, path: "Tests/fuzz/\(name)")
+    }
+    package.targets += [
+        .target(name: "FuzzSupport", path: "Tests/fuzz/FuzzSupport"),
+        fuzzTarget("websocket", ["HTTPServer"]),
+        fuzzTarget("names", ["BLE", "DBus", "BlueZ", "HTTPServer"]),
+        fuzzTarget("bodies", ["Gateway", "HTTPServer", "BLE", "BlueZ", "DBus"]),
+    ]
+}

@@ -31,6 +31,11 @@ swift test --skip-build > .build/swift-test.log 2>&1 || true
 grep -E '^(✘|✔ Test run with|Test run with|error:)|: error:' .build/swift-test.log || true
 grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail -80 .build/swift-test.log; exit 1; }
 
+step "fuzzing (bounded)"
+# Each libFuzzer target (Tests/fuzz) for 20 s from its seeds, in its own scratch path; a crash,
+# a broken property, a leak or a timeout fails the run. Prints executions per target.
+Tests/fuzz/run --time 20
+
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \

@@ -80,9 +80,10 @@ public enum AttributeSelector: Sendable, Hashable, CustomStringConvertible {
 
     /// "0x0027" is a handle; anything else must be a UUID (so "2a19" is the UUID 0x2A19).
     public init?(_ text: String) {
-        let lower = text.lowercased()
-        if lower.hasPrefix("0x"), lower.count == 6, let h = UInt16(lower.dropFirst(2), radix: 16) {
-            self = .handle(h)
+        // Four hex digits after "0x", checked as such: UInt16(_:radix:) alone also takes a sign.
+        let utf8 = text.utf8
+        if utf8.count == 6, Hex.hasPrefix0x(utf8), let digits = Hex.bytes(utf8.dropFirst(2)) {
+            self = .handle(UInt16(Hex.integer(bigEndian: digits)))
         } else if let uuid = BluetoothUUID(text) {
             self = .uuid(uuid)
         } else {

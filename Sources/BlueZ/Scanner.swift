@@ -187,7 +187,7 @@ final class Scanner: Sendable {
     }
 
     /// What BlueZ's discovery filter can take of the options (the rest is applied here).
-    private static func filter(_ options: ScanOptions) -> [(String, Value)] {
+    static func filter(_ options: ScanOptions) -> [(String, Value)] {
         var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
         if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
         if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }

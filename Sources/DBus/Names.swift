@@ -20,8 +20,11 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     public var description: String { rawValue }
 
     /// `child("dev_00")` of `/org/bluez/hci0` is `/org/bluez/hci0/dev_00`; nil if the element is invalid.
+    /// Exactly one element: an empty one (which made the root its own child) and one with a `/`
+    /// (which made a grandchild) are refused.
     public func child(_ element: String) -> ObjectPath? {
-        ObjectPath(rawValue == "/" ? "/" + element : rawValue + "/" + element)
+        guard !element.isEmpty, !element.utf8.contains(UInt8(ascii: "/")) else { return nil }
+        return ObjectPath(rawValue == "/" ? "/" + element : rawValue + "/" + element)
     }
 
     /// The last element ("dev_00_11" of "/org/bluez/hci0/dev_00_11").

@@ -85,15 +85,17 @@ public struct Request: Sendable {
 /// Splitting and percent-decoding of request targets.
 enum RequestTarget {
     /// The segments of an absolute path: the text after the leading `/`, split at every `/`.
+    /// Split by bytes: as characters, a `/` followed by a combining mark is one character, and
+    /// the split would miss it.
     static func split(_ path: Substring) -> [Substring] {
-        let rest = path.first == "/" ? path.dropFirst() : path
-        return rest.isEmpty ? [] : rest.split(separator: "/", omittingEmptySubsequences: false)
+        let rest = path.utf8.first == UInt8(ascii: "/") ? path.utf8.dropFirst() : path.utf8[...]
+        return rest.isEmpty ? [] : rest.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map(Substring.init)
     }
 
     /// The decoded segments of a raw (still encoded) absolute path; nil if the path does not start
     /// with `/` or a segment is not valid percent-encoded UTF-8.
     static func decodePath(_ raw: String) -> [String]? {
-        guard raw.first == "/" else { return nil }
+        guard raw.utf8.first == UInt8(ascii: "/") else { return nil }
         var segments: [String] = []
         for segment in split(raw[...]) {
             guard let decoded = percentDecode(segment) else { return nil }

@@ -163,6 +163,15 @@ private let roundTrips: [(String, Value)] = [
         #expect(ObjectPath.root.child("org") == ObjectPath("/org"))
     }
 
+    /// Found by Tests/fuzz/names: the root was its own child "", and "a/b" made a grandchild.
+    @Test func childIsOneElement() {
+        #expect(ObjectPath.root.child("") == nil)
+        #expect(ObjectPath.root.child("a/b") == nil)
+        #expect(ObjectPath("/org")!.child("bluez/hci0") == nil)
+        #expect(ObjectPath("/org")!.child("") == nil)
+        #expect(ObjectPath("/org")!.child("bluez")?.rawValue == "/org/bluez")
+    }
+
     @Test func matchRulesRenderAndMatch() throws {
         let rule = MatchRule(sender: "org.bluez", pathNamespace: ObjectPath("/org/bluez")!,
                              interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")

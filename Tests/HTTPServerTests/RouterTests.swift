@@ -127,6 +127,9 @@ struct RequestTargetTests {
         ("a/b", nil),
         ("*", nil),
         ("/a%2", nil),
+        // Found by Tests/fuzz/names: "/" and a combining mark are one character, still a separator.
+        ("/a/\u{301}b", ["a", "\u{301}b"]),
+        ("/\u{6EC}", ["\u{6EC}"]),
     ] as [(String, [String]?)])
     func decodesPathsSegmentBySegment(raw: String, segments: [String]?) {
         #expect(RequestTarget.decodePath(raw) == segments)
