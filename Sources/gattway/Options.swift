@@ -19,6 +19,9 @@ struct Options {
     var staleAfterSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
+    /// PEM files; both or neither. With them gattway serves HTTPS only.
+    var tlsCertificate: String?
+    var tlsKey: String?
 
     /// Where state is kept: the option, else (not when simulating) systemd's STATE_DIRECTORY,
     /// /var/lib/gattway when it can be used, or ~/.local/state/gattway.
@@ -37,6 +40,7 @@ struct Options {
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
     Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]]
+                   [--tls-cert FILE --tls-key FILE]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -71,13 +75,17 @@ struct Options {
                            $STATE_DIRECTORY, /var/lib/gattway if usable, else
                            ~/.local/state/gattway; with --simulate nothing unless given.
                            "none": keep nothing
+      --tls-cert FILE      serve HTTPS only (WebSocket: wss), with this PEM certificate
+                           (chain, leaf first) and the PEM private key of --tls-key (not
+                           encrypted); both or neither. Read once at start
+      --tls-key FILE
       --help               this text
       --version            the version
 
     Environment:
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
-      GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR
+      GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_TLS_CERT, GATTWAY_TLS_KEY
                                 defaults for the options above; flags win
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
@@ -100,6 +108,8 @@ struct Options {
             }
             if let auto = environment("GATTWAY_AUTO_RECONNECT") { options.autoReconnect = ["1", "true", "yes"].contains(auto.lowercased()) }
             if let dir = environment("GATTWAY_STATE_DIR"), !dir.isEmpty { options.stateDir = .some(dir == "none" ? nil : dir) }
+            if let file = environment("GATTWAY_TLS_CERT"), !file.isEmpty { options.tlsCertificate = file }
+            if let file = environment("GATTWAY_TLS_KEY"), !file.isEmpty { options.tlsKey = file }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -144,12 +154,17 @@ struct Options {
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
                     options.stateDir = .some(dir == "none" ? nil : dir)
+                case "--tls-cert": options.tlsCertificate = try value()
+                case "--tls-key": options.tlsKey = try value()
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
                 default:
                     throw UsageError("unknown argument \"\(argument)\"")
                 }
+            }
+            guard (options.tlsCertificate == nil) == (options.tlsKey == nil) else {
+                throw UsageError("--tls-cert and --tls-key go together: give both or neither")
             }
         } catch let error as UsageError {
             return .exit(code: 2, message: "gattway: \(error.message)\nTry gattway --help.")

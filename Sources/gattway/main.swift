@@ -75,6 +75,15 @@ func makeDirectories(_ path: String) -> Bool {
 
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
+    var tls: TLSCredentials?
+    if let certificate = options.tlsCertificate, let key = options.tlsKey {
+        do {
+            tls = try TLSCredentials(certificateFile: certificate, keyFile: key)
+        } catch {
+            log("gattway: TLS: \(error)")
+            return 2
+        }
+    }
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -128,7 +137,7 @@ func run(_ options: Options) async -> Int32 {
     let serve = gateway.instrumented(gateway.router())
     let server: Server
     do {
-        server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
+        server = try Server(host: options.host, port: options.port, tls: tls, maxBodyBytes: options.maxBodyBytes,
                             connectionLimit: maxConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder) { request in
             let start = ContinuousClock.now
             let response = await serve(request)
@@ -142,7 +151,7 @@ func run(_ options: Options) async -> Int32 {
         return 1
     }
     Task { await gateway.restore() }
-    log("gattway \(gattwayVersion) listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
+    log("gattway \(gattwayVersion) listening on \(tls == nil ? "http" : "https")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
