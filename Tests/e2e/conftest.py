@@ -21,10 +21,12 @@ def binary(name):
 
 
 class Gateway:
-    """A running gattway; `base` is its URL. Its log lines are kept in `log`."""
+    """A running gattway; `base` is its URL. Its log lines are kept in `log`. `ssl_context`
+    verifies its certificate when it serves HTTPS."""
 
-    def __init__(self, args, env=None):
+    def __init__(self, args, env=None, ssl_context=None):
         self.log = []
+        self.ssl_context = ssl_context
         # Tests keep no state between gateways unless they ask for it (the default state dir,
         # /var/lib/gattway as root, would carry devices from one test into the next).
         state = [] if "--state-dir" in args else ["--state-dir", "none"]
@@ -37,7 +39,7 @@ class Gateway:
         def reader():
             for line in self.proc.stderr:
                 self.log.append(line.rstrip())
-                m = re.search(r"listening on (http://\S+)", line)
+                m = re.search(r"listening on (https?://\S+)", line)
                 if m:
                     self.base = m.group(1)
                     listening.set()
@@ -82,7 +84,7 @@ class Gateway:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.urlopen(req, timeout=60, context=self.ssl_context) as resp:
                 return resp.status, json.loads(resp.read() or b"null"), dict(resp.headers)
         except urllib.error.HTTPError as e:
             payload = e.read()
