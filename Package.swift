@@ -39,7 +39,8 @@ let package = Package(
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
         .testTarget(name: "SensorsTests", dependencies: ["Sensors", "AESCCM", "BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
+        // CMicroHTTPD for GnuTLS: the TLS tests' client.
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "CMicroHTTPD"]),
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),

@@ -1,8 +1,8 @@
 import CMicroHTTPD
 
-/// An HTTP/1.1 server on libmicrohttpd.
+/// An HTTP/1.1 server on libmicrohttpd, or HTTPS only (libmicrohttpd's GnuTLS).
 ///
-/// One internal I/O thread (epoll) reads requests. When a request is complete its connection is
+/// One internal I/O thread (epoll; poll under TLS) reads requests. When a request is complete its connection is
 /// suspended and `handler` runs in its own `Task`; when the handler returns, the connection is
 /// resumed and the response sent. So a slow handler holds its connection, never the I/O thread, and
 /// the number of handlers in flight is bounded by `connectionLimit`.
@@ -23,6 +23,9 @@ public final class Server: Sendable {
     /// - Parameters:
     ///   - host: an IPv4 literal ("0.0.0.0" for all interfaces), "localhost", or an IPv6 literal.
     ///   - port: 0 for an ephemeral port; read the result from `port`.
+    ///   - tls: serve HTTPS only, with this certificate. Upgraded connections (WebSockets) are
+    ///     then relayed by libmicrohttpd through a socketpair, slowly: libmicrohttpd 0.9.75 moves
+    ///     their bytes 4 at a time (its pool is used up by then; fixed in 0.9.77).
     ///   - maxBodyBytes: longer bodies are answered with `errorResponder(.bodyTooLarge)`.
     ///   - connectionLimit: open connections served. A request on a connection beyond it is
     ///     answered `errorResponder(.tooManyConnections)` (503, `Retry-After`) and the connection
@@ -42,6 +45,7 @@ public final class Server: Sendable {
     public init(
         host: String,
         port: UInt16,
+        tls: TLSCredentials? = nil,
         maxBodyBytes: Int = 64 * 1024,
         connectionLimit: Int = 1024,
         connectionReserve: Int = Server.defaultConnectionReserve,
@@ -60,7 +64,7 @@ public final class Server: Sendable {
             handler: handler)
         self.host = host
         self.port = try core.start(
-            host: host, address: address, port: port,
+            host: host, address: address, port: port, tls: tls,
             connectionLimit: max(1, connectionLimit), connectionReserve: max(1, connectionReserve),
             connectionsPerClient: max(1, connectionsPerClient), idleTimeoutSeconds: idleTimeoutSeconds)
         self.core = core

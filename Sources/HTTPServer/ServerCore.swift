@@ -75,36 +75,42 @@ final class ServerCore: Sendable {
     /// Starts the daemon and returns the bound port. `self` is the callbacks' `cls`, unretained:
     /// `Server` keeps `self` alive and stops the daemon before letting go of it.
     func start(
-        host: String, address: ListenAddress, port: UInt16, connectionLimit: Int, connectionReserve: Int,
-        connectionsPerClient: Int, idleTimeoutSeconds: Int
+        host: String, address: ListenAddress, port: UInt16, tls: TLSCredentials?, connectionLimit: Int,
+        connectionReserve: Int, connectionsPerClient: Int, idleTimeoutSeconds: Int
     ) throws -> UInt16 {
         limit.store(connectionLimit, ordering: .relaxed)
         perClientLimit.store(connectionsPerClient, ordering: .relaxed)
         let cls = Unmanaged.passUnretained(self).toOpaque()
-        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_ALLOW_UPGRADE.rawValue | MHD_USE_ERROR_LOG.rawValue
         if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        // Under TLS, poll: MHD relays upgraded connections through TLS itself, and in epoll mode
+        // 6 of 200 WebSocket closes over TLS left the connection open (poll: 0 of 200; data, SSE
+        // and WebSocket 200 of 200 in both). poll(2) costs more with many connections.
+        flags |= tls == nil ? MHD_USE_EPOLL.rawValue : MHD_USE_TLS.rawValue | MHD_USE_POLL.rawValue
         startupMessages.withLock { $0 = [] }
         let (daemon, startErrno) = address.withSockaddrPointer { sockaddr in
-            var options = [
-                // First, so that start-up messages come here too.
-                callbackOption(.EXTERNAL_LOGGER, logMessage as MHD_LogCallback, cls),
-                callbackOption(.NOTIFY_COMPLETED, requestCompleted as MHD_RequestCompletedCallback, cls),
-                callbackOption(.NOTIFY_CONNECTION, connectionNotified as MHD_NotifyConnectionCallback, cls),
-                // Path and query arrive still percent-encoded; Request decodes them per segment.
-                callbackOption(.UNESCAPE_CALLBACK, keepEscaped as UnescapeCallback, cls),
-                // The reserve beyond the limit is accepted only to be told 503 (see `admit`):
-                // at MHD's own limit it stops accepting, and clients hang in the backlog.
-                MHD_OptionItem(option: .CONNECTION_LIMIT, value: connectionLimit + connectionReserve, ptr_value: nil),
-                MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(0, idleTimeoutSeconds), ptr_value: nil),
-                // Per connection: the request head (up to about 7.5 KB of headers) and the response's
-                // headers. MHD's default, 32 KiB, made 10 000 idle streams cost 340 MB; 8 KiB, 134 MB.
-                MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: Self.connectionMemoryBytes, ptr_value: nil),
-                MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr),
-                MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
-            ]
-            let daemon = gw_mhd_start(flags, port, accessHandler, cls, &options)
-            return (daemon, errno)
+            withTLSOptions(tls) { tlsOptions in
+                var options = [
+                    // First, so that start-up messages come here too.
+                    callbackOption(.EXTERNAL_LOGGER, logMessage as MHD_LogCallback, cls),
+                    callbackOption(.NOTIFY_COMPLETED, requestCompleted as MHD_RequestCompletedCallback, cls),
+                    callbackOption(.NOTIFY_CONNECTION, connectionNotified as MHD_NotifyConnectionCallback, cls),
+                    // Path and query arrive still percent-encoded; Request decodes them per segment.
+                    callbackOption(.UNESCAPE_CALLBACK, keepEscaped as UnescapeCallback, cls),
+                    // The reserve beyond the limit is accepted only to be told 503 (see `admit`):
+                    // at MHD's own limit it stops accepting, and clients hang in the backlog.
+                    MHD_OptionItem(option: .CONNECTION_LIMIT, value: connectionLimit + connectionReserve, ptr_value: nil),
+                    MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(0, idleTimeoutSeconds), ptr_value: nil),
+                    // Per connection: the request head (up to about 7.5 KB of headers) and the response's
+                    // headers. MHD's default, 32 KiB, made 10 000 idle streams cost 340 MB; 8 KiB, 134 MB.
+                    MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: Self.connectionMemoryBytes, ptr_value: nil),
+                    MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr),
+                ] + tlsOptions
+                options.append(MHD_OptionItem(option: .END, value: 0, ptr_value: nil))
+                let daemon = gw_mhd_start(flags, port, accessHandler, cls, &options)
+                return (daemon, errno)
+            }
         }
         let messages = startupMessages.withLock { messages in
             defer { messages = nil }
@@ -300,12 +306,18 @@ final class ServerCore: Sendable {
     }
 
     /// On the I/O thread, from MHD's upgrade callback: hands the socket to the socket loop and
-    /// starts the handler, which owns the socket until it returns.
-    func adopt(fd: Int32, handle: UpgradeHandle, extra: [UInt8], upgrade: WebSocketUpgrade?) {
+    /// starts the handler, which owns the socket until it returns. `transport` is the
+    /// connection's TCP socket: `fd` itself, or under TLS the one MHD writes the records to
+    /// (`fd` is then our end of a socketpair).
+    func adopt(fd: Int32, transport: Int32, handle: UpgradeHandle, extra: [UInt8], upgrade: WebSocketUpgrade?) {
         guard let upgrade, let loop = lifecycle.withLock({ socketLoop(&$0) }) else {
             _ = gw_mhd_upgrade_close(handle.pointer)
             return
         }
+        // Small frames go out at once: with Nagle, a reply followed by an event waited for the
+        // peer's delayed ACK (about 40 ms per round trip, measured, with and without TLS).
+        var one: Int32 = 1
+        setsockopt(transport, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         let socket = WebSocket(settings: upgrade, token: loop.makeToken(), loop: loop)
         guard loop.add(socket, fd: fd, handle: handle, extra: extra) else {
             _ = gw_mhd_upgrade_close(handle.pointer)
@@ -406,6 +418,20 @@ private func callbackOption<Callback>(
     return MHD_OptionItem(option: option, value: unsafeBitCast(callback, to: Int.self), ptr_value: cls)
 }
 
+/// The certificate and key options, for `body` to start the daemon with: MHD copies both
+/// during start.
+private func withTLSOptions<Result>(_ tls: TLSCredentials?, _ body: ([MHD_OptionItem]) -> Result) -> Result {
+    guard let tls else { return body([]) }
+    return tls.certificatePEM.withCString { certificate in
+        tls.keyPEM.withCString { key in
+            body([
+                MHD_OptionItem(option: .HTTPS_MEM_CERT, value: 0, ptr_value: UnsafeMutableRawPointer(mutating: certificate)),
+                MHD_OptionItem(option: .HTTPS_MEM_KEY, value: 0, ptr_value: UnsafeMutableRawPointer(mutating: key)),
+            ])
+        }
+    }
+}
+
 private func accessHandler(
     cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, url: UnsafePointer<CChar>?,
     method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?, upload: UnsafePointer<CChar>?,
@@ -483,7 +509,8 @@ private func upgraded(
     let upgrade = requestContext.flatMap { Unmanaged<RequestContext>.fromOpaque($0).takeUnretainedValue().webSocketUpgrade }
     let extra = extraIn.map { Array(UnsafeRawBufferPointer(start: $0, count: extraInSize)) } ?? []
     Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().adopt(
-        fd: socket, handle: UpgradeHandle(pointer: handle), extra: extra, upgrade: upgrade)
+        fd: socket, transport: connection.map(gw_mhd_connection_fd) ?? socket, handle: UpgradeHandle(pointer: handle),
+        extra: extra, upgrade: upgrade)
 }
 
 private func keepEscaped(

@@ -85,11 +85,7 @@ final class SocketLoop: Sendable {
 
     /// Takes over an upgraded socket; false once shut down (the caller closes it then).
     func add(_ socket: WebSocket, fd: Int32, handle: UpgradeHandle, extra: [UInt8]) -> Bool {
-        // Small frames go out at once: with Nagle, a reply followed by an event waited for the
-        // peer's delayed ACK (about 40 ms per round trip, measured).
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        return post(.add(socket, fd: fd, handle: handle, extra: extra))
+        post(.add(socket, fd: fd, handle: handle, extra: extra))
     }
 
     func makeToken() -> UInt64 {

@@ -39,6 +39,9 @@ struct Options {
     static func isLoopback(_ host: String) -> Bool {
         host == "localhost" || host == "::1" || host.hasPrefix("127.")
     }
+    /// PEM files; both or neither. With them gattway serves HTTPS only.
+    var tlsCertificate: String?
+    var tlsKey: String?
 
     /// Where state is kept: the option, else (not when simulating) systemd's STATE_DIRECTORY,
     /// /var/lib/gattway when it can be used, or ~/.local/state/gattway.
@@ -57,6 +60,7 @@ struct Options {
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
     Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
+                   [--tls-cert FILE --tls-key FILE]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -121,6 +125,10 @@ struct Options {
                            in force); may be given more than once. Refused: 403 uuidNotAllowed
       --no-default-blocklist
                            leave out the default list: only the --blocklist files count
+      --tls-cert FILE      serve HTTPS only (WebSocket: wss), with this PEM certificate
+                           (chain, leaf first) and the PEM private key of --tls-key (not
+                           encrypted); both or neither. Read once at start
+      --tls-key FILE
       --help               this text
       --version            the version
 
@@ -128,7 +136,7 @@ struct Options {
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
-      GATTWAY_ALLOW_ORIGINS (comma-separated)
+      GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY
                                 defaults for the options above; flags win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
@@ -158,6 +166,8 @@ struct Options {
             if let origins = environment("GATTWAY_ALLOW_ORIGINS") {
                 options.allowedOrigins = origins.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }.filter { !$0.isEmpty }
             }
+            if let file = environment("GATTWAY_TLS_CERT"), !file.isEmpty { options.tlsCertificate = file }
+            if let file = environment("GATTWAY_TLS_KEY"), !file.isEmpty { options.tlsKey = file }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -221,12 +231,17 @@ struct Options {
                     options.maxWebSocketMessage = try count(try value(), "--max-ws-message", 125...(64 << 20))
                 case "--blocklist": options.blocklistFiles.append(try value())
                 case "--no-default-blocklist": options.defaultBlocklist = false
+                case "--tls-cert": options.tlsCertificate = try value()
+                case "--tls-key": options.tlsKey = try value()
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
                 default:
                     throw UsageError("unknown argument \"\(argument)\"")
                 }
+            }
+            guard (options.tlsCertificate == nil) == (options.tlsKey == nil) else {
+                throw UsageError("--tls-cert and --tls-key go together: give both or neither")
             }
         } catch let error as UsageError {
             return .exit(code: 2, message: "gattway: \(error.message)\nTry gattway --help.")

@@ -151,6 +151,15 @@ func run(_ options: Options) async -> Int32 {
         writeError("gattway: \(error.message)\n")
         return 2
     }
+    var tls: TLSCredentials?
+    if let certificate = options.tlsCertificate, let key = options.tlsKey {
+        do {
+            tls = try TLSCredentials(certificateFile: certificate, keyFile: key)
+        } catch {
+            log("gattway: TLS: \(error)")
+            return 2
+        }
+    }
     // The bus: ours with the simulator on it, or the system's.
     var simulation: Simulation?
     let address: String
@@ -209,8 +218,9 @@ func run(_ options: Options) async -> Int32 {
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let server: Server
     do {
-        server = try Server(host: options.host, port: options.port, maxBodyBytes: options.maxBodyBytes,
-                            connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections, log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder,
+        server = try Server(host: options.host, port: options.port, tls: tls, maxBodyBytes: options.maxBodyBytes,
+                            connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections,
+                            log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder,
                             onRefusal: { error, client in
                                 access.refusals.refused(error.name, client: client, "answered \(error.status)")
                             }) { request in
@@ -226,7 +236,7 @@ func run(_ options: Options) async -> Int32 {
         return 1
     }
     Task { await gateway.restore() }
-    log("gattway \(gattwayVersion) listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
+    log("gattway \(gattwayVersion) listening on \(tls == nil ? "http" : "https")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")

@@ -20,11 +20,13 @@ let testErrorResponder: @Sendable (ServerError) -> Response = { error in
 }
 
 /// A server on 127.0.0.1, an ephemeral port, routing through `router`; stopped by the caller.
-func startServer(maxBodyBytes: Int = 64 * 1024, _ configure: (Router) -> Void) throws -> Server {
+func startServer(
+    maxBodyBytes: Int = 64 * 1024, tls: TLSCredentials? = nil, _ configure: (Router) -> Void
+) throws -> Server {
     let router = Router(errorResponder: testErrorResponder)
     configure(router)
     return try Server(
-        host: "127.0.0.1", port: 0, maxBodyBytes: maxBodyBytes,
+        host: "127.0.0.1", port: 0, tls: tls, maxBodyBytes: maxBodyBytes,
         errorResponder: testErrorResponder, handler: router.handle)
 }
 

@@ -1,3 +1,4 @@
+import CMicroHTTPD
 import Foundation
 import Glibc
 
@@ -27,8 +28,11 @@ struct ClientError: Error, Equatable, CustomStringConvertible {
 final class TestConnection: @unchecked Sendable {
     private var fd: Int32
     private var buffer: [UInt8] = []
+    private var tls: TLSClient?
 
-    init(port: UInt16) throws {
+    /// - Parameter trusting: speak TLS, and accept only a server with this (PEM) certificate for
+    ///   127.0.0.1.
+    init(port: UInt16, trusting certificate: String? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ClientError.errno("socket") }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
@@ -49,12 +53,19 @@ final class TestConnection: @unchecked Sendable {
             hangUp()
             throw error
         }
+        if let certificate {
+            do { tls = try TLSClient(fd: fd, trusting: certificate) } catch {
+                hangUp()
+                throw error
+            }
+        }
     }
 
     deinit { hangUp() }
 
     /// Closes the socket (the server sees the hang-up).
     func hangUp() {
+        tls = nil
         if fd >= 0 { Glibc.close(fd) }
         fd = -1
     }
@@ -62,7 +73,9 @@ final class TestConnection: @unchecked Sendable {
     func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let n = bytes[sent...].withUnsafeBytes { bytes in
+                tls.map { $0.send(bytes) } ?? Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            }
             guard n > 0 else { throw ClientError.errno("send") }
             sent += n
         }
@@ -177,7 +190,9 @@ final class TestConnection: @unchecked Sendable {
 
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 65536)
-        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        let n = try chunk.withUnsafeMutableBytes { chunk in
+            try tls.map { try $0.receive(into: chunk) } ?? recv(fd, chunk.baseAddress, chunk.count, 0)
+        }
         if n == 0 { throw ClientError.closed }
         guard n > 0 else {
             // A reset after the server closed on unread data counts as closed.
@@ -185,6 +200,58 @@ final class TestConnection: @unchecked Sendable {
             throw ClientError.errno("recv")
         }
         buffer += chunk[..<n]
+    }
+}
+
+/// The client side of TLS (GnuTLS) on a connected blocking socket, verifying the server's
+/// certificate chain and name the way a browser would, against one trusted certificate.
+private final class TLSClient {
+    private var session: gnutls_session_t?
+    private var credentials: gnutls_certificate_credentials_t?
+
+    init(fd: Int32, trusting certificate: String) throws {
+        func check(_ result: Int32, _ call: String) throws {
+            if result < 0 { throw ClientError("\(call): \(String(cString: gnutls_strerror(result)))") }
+        }
+        try check(gnutls_certificate_allocate_credentials(&credentials), "allocate credentials")
+        var pem = Array(certificate.utf8)
+        let trusted = pem.withUnsafeMutableBufferPointer { pem in
+            var datum = gnutls_datum_t(data: pem.baseAddress, size: UInt32(pem.count))
+            return gnutls_certificate_set_x509_trust_mem(credentials, &datum, GNUTLS_X509_FMT_PEM)
+        }
+        guard trusted > 0 else { throw ClientError("the trusted certificate does not parse") }
+        try check(gnutls_init(&session, UInt32(GNUTLS_CLIENT)), "gnutls_init")
+        try check(gnutls_set_default_priority(session), "priority")
+        try check(gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials)), "credentials")
+        gnutls_session_set_verify_cert(session, "127.0.0.1", 0)
+        gnutls_transport_set_int2(session, fd, fd)
+        var result: Int32
+        repeat { result = gnutls_handshake(session) } while result == GNUTLS_E_INTERRUPTED || result == GNUTLS_E_AGAIN
+        try check(result, "handshake")
+    }
+
+    deinit {
+        gnutls_deinit(session)
+        gnutls_certificate_free_credentials(credentials)
+    }
+
+    func send(_ bytes: UnsafeRawBufferPointer) -> Int {
+        gnutls_record_send(session, bytes.baseAddress, bytes.count)
+    }
+
+    /// Bytes read, 0 when the server closed the connection (with or without a TLS close_notify).
+    func receive(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        while true {
+            let n = gnutls_record_recv(session, buffer.baseAddress, buffer.count)
+            switch Int32(clamping: n) {
+            case GNUTLS_E_INTERRUPTED: continue
+            case GNUTLS_E_PREMATURE_TERMINATION: return 0
+            case GNUTLS_E_PULL_ERROR where errno == ECONNRESET: return 0
+            case GNUTLS_E_AGAIN: throw ClientError("recv: timed out")
+            case ..<0: throw ClientError("recv: \(String(cString: gnutls_strerror(Int32(n))))")
+            default: return n
+            }
+        }
     }
 }
 

@@ -24,9 +24,10 @@ final class Counter: Sendable {
 
 /// A server with `/ws`, echoing every message back; `/ws/{...}` variants for limits.
 func startEchoServer(
-    _ closes: CloseRecorder, maxMessageBytes: Int = 1 << 20, pingInterval: Duration = .seconds(20)
+    _ closes: CloseRecorder, maxMessageBytes: Int = 1 << 20, pingInterval: Duration = .seconds(20),
+    tls: TLSCredentials? = nil
 ) throws -> Server {
-    try startServer { router in
+    try startServer(tls: tls) { router in
         router.add("GET", "/ws") { request in
             .webSocket(request, maxMessageBytes: maxMessageBytes, pingInterval: pingInterval) { socket in
                 closes.record(socket)
@@ -44,8 +45,8 @@ func startEchoServer(
 }
 
 /// Connects and completes the opening handshake with RFC 6455's example key.
-func openWebSocket(_ port: UInt16) throws -> TestConnection {
-    let connection = try TestConnection(port: port)
+func openWebSocket(_ port: UInt16, trusting certificate: String? = nil) throws -> TestConnection {
+    let connection = try TestConnection(port: port, trusting: certificate)
     try connection.sendRequest("GET", "/ws", headers: [
         ("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Version", "13"),
         ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),

@@ -23,10 +23,12 @@ def binary(name):
 
 
 class Gateway:
-    """A running gattway; `base` is its URL. Its log lines are kept in `log`."""
+    """A running gattway; `base` is its URL. Its log lines are kept in `log`. `ssl_context`
+    verifies its certificate when it serves HTTPS."""
 
-    def __init__(self, args, env=None):
+    def __init__(self, args, env=None, ssl_context=None):
         self.log = []
+        self.ssl_context = ssl_context
         # Tests keep no state between gateways unless they ask for it (the default state dir,
         # /var/lib/gattway as root, would carry devices from one test into the next).
         state = [] if "--state-dir" in args else ["--state-dir", "none"]
@@ -39,7 +41,7 @@ class Gateway:
         def reader():
             for line in self.proc.stderr:
                 self.log.append(line.rstrip())
-                m = re.search(r"listening on (http://\S+)", line)
+                m = re.search(r"listening on (https?://\S+)", line)
                 if m:
                     self.base = m.group(1)
                     listening.set()
@@ -84,7 +86,7 @@ class Gateway:
         if data is not None and not any(k.lower() == "content-type" for k in (headers or {})):
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.urlopen(req, timeout=60, context=self.ssl_context) as resp:
                 status, payload, headers = resp.status, resp.read(), dict(resp.headers)
         except urllib.error.HTTPError as e:
             status, payload, headers = e.code, e.read(), dict(e.headers)
