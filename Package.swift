@@ -62,5 +62,6 @@ if Context.environment["GATTWAY_FUZZ"] == "1" {
         fuzzTarget("websocket", ["HTTPServer"]),
         fuzzTarget("names", ["BLE", "DBus", "BlueZ", "HTTPServer"]),
         fuzzTarget("bodies", ["Gateway", "HTTPServer", "BLE", "BlueZ", "DBus"]),
+        fuzzTarget("sensors", ["Sensors", "BLE"]),
     ]
 }
