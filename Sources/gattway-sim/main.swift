@@ -42,6 +42,7 @@ let usage = """
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
             "advertisingCounter": false, "serviceData": {"181A": "00"}, "mtu": 247,
             "connectDelayMs": 30,
+            "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "<32 hex digits>" },
             "services": [ { "uuid": "181A", "primary": true, "handle": 10, "characteristics": [
               { "uuid": "2A6E", "flags": ["read", "notify"], "value": "e803",
                 "generator": "counter", "notifyIntervalMs": 1000, "echo": false,
@@ -54,6 +55,11 @@ let usage = """
       generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s);
     notifyIntervalMs from 1 (benchmarks) to 3600000.
       A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
+      sensor: advertises readings that change: format bthome | atc1441 | pvvx | mibeacon |
+        ruuvi-rawv2 (its service data or manufacturer data entry, which the device's own
+        "serviceData"/"manufacturerData" must then not have); a new measurement every
+        intervalMs (100 to 3600000, default 2000), sent with the next advertisements;
+        bindKey (bthome only, 16 bytes): every payload AES-CCM encrypted with it.
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
       { "connectError": { "name": "org.bluez.Error.Failed",
