@@ -32,6 +32,19 @@ let usage = """
                                           ...0002 encrypt-authenticated-read (ATT 0x0e, link drops)
       F0:00:00:00:00:04 (no name)         non-connectable iBeacon
       F0:00:00:00:00:05 "Sim Eddystone"   non-connectable Eddystone-URL beacon
+    Built-in sensors (temperature, humidity, battery drifting at each measurement; the
+    packet counter +1):
+      F0:00:00:00:00:06 "Sim BTHome"      BTHome v2 (FCD2), also pressure, voltage; every 2 s;
+                                          non-connectable
+      F0:00:00:00:00:07 "Sim BTHome Enc"  the same, encrypted, every 3 s, with the demo bind key
+                                          676174747761792064656d6f206b6579 ("gattway demo key"):
+                                          gattway --sensor-keys FILE with the line
+                                          F0:00:00:00:00:07 676174747761792064656d6f206b6579
+      F0:00:00:00:00:08 "Sim ATC1441"     atc1441 firmware (181A, 13 bytes), every 2.5 s
+      F0:00:00:00:00:09 "Sim PVVX"        pvvx firmware (181A, 15 bytes), every 2.5 s
+      F0:00:00:00:00:0A "Sim MiBeacon"    Xiaomi MiBeacon (FE95), unencrypted, every 3 s
+      F0:00:00:00:00:0B "Sim Ruuvi"       RuuviTag RAWv2 (0x0499), also pressure, acceleration;
+                                          every 2 s; non-connectable, random address
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
       { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,

@@ -103,6 +103,21 @@ import Testing
             previous = reading
         }
     }
+
+    @Test func everyBuiltInSensorDecodes() throws {
+        let devices = SimulatorConfiguration.builtIn.devices.filter { $0.sensor != nil }
+        #expect(Set(devices.map { $0.sensor!.format }) == Set(Sensor.Format.allCases))
+        let keys = SensorKeys(Dictionary(uniqueKeysWithValues: devices.compactMap { d in d.sensor!.bindKey.map { (d.address, $0.bytes) } }))
+        #expect(keys.count == 1)
+        for device in devices {
+            let state = DeviceState(config: device, adapterPath: ObjectPath("/org/bluez/hci0")!)
+            let sensor = try #require(state.sensor)
+            let reading = try #require(Self.decode(sensor, keys: keys), "\(device.address)")
+            #expect(reading.format.rawValue == device.sensor!.format.rawValue)
+            #expect(reading.encryption == (device.sensor!.bindKey == nil ? .none : .decrypted))
+            #expect(reading.measurements["temperature"] != nil)
+        }
+    }
 }
 
 @Suite struct SensorConfigurationTests {
