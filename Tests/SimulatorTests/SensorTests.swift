@@ -14,16 +14,15 @@ import Testing
     static let climate = Climate(centidegrees: 2156, humidity: 4789, pressure: 101_325, battery: 87,
                                  acceleration: [-12, 25, 1003], counter: 0x0001_2345)
 
+    static let bthome: [String: SensorValue] = [
+        "temperature": number(2156, 100), "humidity": number(4789, 100), "pressure": number(101_325, 100),
+        "battery": .integer(87), "voltage": number(2896, 1000),
+    ]
+
     /// What each format must decode to from `climate`: the values at the format's resolution.
     static let expectations: [(Sensor, [String: SensorValue], packetId: Int)] = [
-        (Sensor(format: .bthome), [
-            "temperature": number(2156, 100), "humidity": number(4789, 100), "pressure": number(101_325, 100),
-            "battery": .integer(87), "voltage": number(2896, 1000),
-        ], 0x45),
-        (Sensor(format: .bthome, bindKey: Sensor.demoBindKey), [
-            "temperature": number(2156, 100), "humidity": number(4789, 100), "pressure": number(101_325, 100),
-            "battery": .integer(87), "voltage": number(2896, 1000),
-        ], 0x45),
+        (Sensor(format: .bthome), bthome, 0x45),
+        (Sensor(format: .bthome, bindKey: Sensor.demoBindKey), bthome, 0x45),
         (Sensor(format: .atc1441), [
             "temperature": number(215, 10), "humidity": .integer(47), "battery": .integer(87), "voltage": .integer(2896),
         ], 0x45),
