@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE); BlueZ → (DBus, BLE);
-// Simulator → (DBus, BLE); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
+// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
 import PackageDescription
 
 let package = Package(
@@ -26,7 +26,7 @@ let package = Package(
         // Advertisement decoders (BTHome, ATC1441/PVVX, MiBeacon, Ruuvi, iBeacon, Eddystone): pure logic.
         .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
-        .target(name: "Simulator", dependencies: ["DBus", "BLE"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
         .target(name: "Access", dependencies: ["HTTPServer"]),
@@ -41,7 +41,8 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         // CMicroHTTPD for GnuTLS: the TLS tests' client.
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "CMicroHTTPD"]),
-        .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE"]),
+        // Sensors decodes what the simulator's sensors advertise.
+        .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Threading"]),

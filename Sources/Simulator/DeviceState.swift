@@ -1,4 +1,5 @@
 import BLE
+import Glibc
 import DBus
 
 /// Everything about one simulated peripheral: bluetoothd's view of it (the Device1 object, its
@@ -51,6 +52,7 @@ struct DeviceState: Sendable {
 
     // MARK: the peripheral
     var advertisingCounter: UInt8 = 0
+    var sensor: SensorState?
     var characteristics: [CharacteristicState]
     var descriptors: [DescriptorState]
 
@@ -77,6 +79,11 @@ struct DeviceState: Sendable {
         connectFailuresLeft = config.faults.connectError?.count
         characteristics = table.characteristics.map { CharacteristicState(value: $0.configuration.value.bytes) }
         descriptors = table.descriptors.map { DescriptorState(value: $0.initialValue) }
+        // The packet counter starts at the Unix time, so that it still grows after the simulator
+        // restarts: a gateway that ran on would refuse a smaller encrypted BTHome counter as a replay.
+        sensor = config.sensor.map {
+            SensorState($0, address: config.address, climate: .random(counter: UInt32(truncatingIfNeeded: time(nil))))
+        }
     }
 
     var address: BluetoothAddress { config.address }

@@ -168,7 +168,8 @@ extension Engine {
         return false
     }
 
-    /// The device's next advertisement: RSSI jitter, and the counter in its manufacturer data.
+    /// The device's next advertisement: RSSI jitter, the counter in its manufacturer data, and
+    /// its sensor's latest payload.
     private func nextAdvertisement(_ d: Int) -> Advertisement {
         let config = devices[d].config
         let rssi = min(max(config.rssi + Int.random(in: -config.rssiJitter...config.rssiJitter), -127), 20)
@@ -177,8 +178,15 @@ extension Engine {
             devices[d].advertisingCounter &+= 1
             for key in data.keys where !data[key]!.isEmpty { data[key]![data[key]!.count - 1] = devices[d].advertisingCounter }
         }
+        var serviceData = config.serviceData.mapValues(\.bytes)
+        if let sensor = devices[d].sensor {
+            switch sensor.slot {
+            case .serviceData(let uuid): serviceData[uuid] = sensor.payload
+            case .manufacturerData(let company): data[company] = sensor.payload
+            }
+        }
         return Advertisement(name: config.name, uuids: config.uuids, manufacturerData: data,
-                             serviceData: config.serviceData.mapValues(\.bytes), txPower: config.txPower,
+                             serviceData: serviceData, txPower: config.txPower,
                              flags: config.advertisingFlags.bytes, rssi: rssi)
     }
 

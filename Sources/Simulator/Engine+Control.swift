@@ -149,10 +149,14 @@ extension Engine {
 
     // MARK: - Timers
 
-    /// Advertising and value generators run for the simulator's lifetime.
+    /// Advertising, sensors and value generators run for the simulator's lifetime.
     func startTimers() {
         for d in devices.indices {
             tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertise(d) }
+            if let sensor = devices[d].config.sensor {
+                // The new payload goes out with the next advertisement, as a real sensor's does.
+                tasks.every(milliseconds: sensor.intervalMs) { await self.measure(d) }
+            }
             for (c, info) in devices[d].table.characteristics.enumerated() {
                 let configuration = info.configuration
                 let interval: Int
@@ -166,6 +170,10 @@ extension Engine {
                 tasks.every(milliseconds: interval) { await self.generate(d, c) }
             }
         }
+    }
+
+    private func measure(_ d: Int) {
+        devices[d].sensor?.measure()
     }
 
     /// One tick of a characteristic's generator: a new value, notified.

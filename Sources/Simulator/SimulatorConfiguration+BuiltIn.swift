@@ -12,7 +12,9 @@ extension SimulatorConfiguration {
     ///   ATT 0x0e and drops the link).
     /// - F0:00:00:00:00:04 (no name): a non-connectable iBeacon.
     /// - F0:00:00:00:00:05 "Sim Eddystone": a non-connectable Eddystone-URL beacon.
-    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone])
+    /// - F0:00:00:00:00:06...0B: sensors, one per format, each measuring anew every 2 to 3 s
+    ///   (`sensors`).
+    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors)
 
     private static func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text)! }
 
@@ -98,4 +100,35 @@ extension SimulatorConfiguration {
         address: BluetoothAddress("F0:00:00:00:00:05")!, name: "Sim Eddystone", rssi: -74, connectable: false,
         advertisingIntervalMs: 1000, uuids: [uuid("FEAA")],
         serviceData: [uuid("FEAA"): HexBytes([0x10, 0xEE, 0x03] + Array("example".utf8) + [0x07])])
+}
+
+extension SimulatorConfiguration {
+    /// Thermometers as they are sold, advertising temperature, humidity and battery (BTHome and
+    /// Ruuvi also pressure) that drift from one measurement to the next:
+    /// - F0:00:00:00:00:06 "Sim BTHome": BTHome v2 in the clear, every 2 s, non-connectable (as
+    ///   battery-powered BTHome devices advertise outside their configuration mode).
+    /// - F0:00:00:00:00:07 "Sim BTHome Enc": the same, encrypted with `Sensor.demoBindKey`, every 3 s.
+    /// - F0:00:00:00:00:08 "Sim ATC1441", F0:00:00:00:00:09 "Sim PVVX": the custom thermometer
+    ///   firmwares, every 2.5 s; connectable (the firmwares keep a GATT server for their settings).
+    /// - F0:00:00:00:00:0A "Sim MiBeacon": a Xiaomi MJ_HT_V1 thermometer, unencrypted, every 3 s; connectable.
+    /// - F0:00:00:00:00:0B "Sim Ruuvi": a RuuviTag, data format 5, every 2 s; non-connectable,
+    ///   with a random static address (as the stock firmware advertises).
+    static let sensors = [
+        sensor("06", "Sim BTHome", Sensor(format: .bthome, intervalMs: 2000), rssi: -64, connectable: false),
+        sensor("07", "Sim BTHome Enc", Sensor(format: .bthome, intervalMs: 3000, bindKey: Sensor.demoBindKey), rssi: -68,
+               connectable: false),
+        sensor("08", "Sim ATC1441", Sensor(format: .atc1441, intervalMs: 2500), rssi: -71, model: "LYWSD03MMC atc1441"),
+        sensor("09", "Sim PVVX", Sensor(format: .pvvx, intervalMs: 2500), rssi: -58, model: "LYWSD03MMC pvvx"),
+        sensor("0A", "Sim MiBeacon", Sensor(format: .mibeacon, intervalMs: 3000), rssi: -77, model: "MJ_HT_V1"),
+        sensor("0B", "Sim Ruuvi", Sensor(format: .ruuviRAWv2, intervalMs: 2000), rssi: -73, addressType: "random",
+               connectable: false),
+    ]
+
+    /// A sensor at F0:00:00:00:00:`last`; a connectable one has a GATT server with its model name.
+    private static func sensor(_ last: String, _ name: String, _ sensor: Sensor, rssi: Int, addressType: String = "public",
+                               connectable: Bool = true, model: String? = nil) -> Device {
+        Device(address: BluetoothAddress("F0:00:00:00:00:" + last)!, addressType: addressType, name: name, rssi: rssi,
+               connectable: connectable, advertisingIntervalMs: 1000, sensor: sensor,
+               services: model.map { [genericAttribute, deviceInformation([text("2A24", $0)])] } ?? [])
+    }
 }

@@ -14,6 +14,7 @@ import Glibc
 ///     "rssi": -55, "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
 ///     "advertisingFlags": "06", "uuids": ["180D"], "manufacturerData": { "0xFFFF": "485200" },
 ///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
+///     "sensor": { see `Sensor` },
 ///     "mtu": 247, "connectDelayMs": 30, "responseDelayMs": 0,
 ///     "services": [ { "uuid": "180D", "primary": true, "handle": 10, "characteristics": [ {
 ///         "uuid": "2A37", "flags": ["notify"], "value": "0648", "text": "…(UTF-8 instead of value)",
@@ -76,7 +77,8 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
         return configuration
     }
 
-    /// Checks what single keys cannot: unique addresses, and handles that fit in 16 bits.
+    /// Checks what single keys cannot: unique addresses, handles that fit in 16 bits, and sensor
+    /// payloads that would not silently replace configured advertisement data.
     public func validate() throws(ConfigurationError) {
         var seen: Set<BluetoothAddress> = []
         for (i, device) in devices.enumerated() {
@@ -85,6 +87,14 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
             }
             if device.address == adapter.address {
                 throw ConfigurationError("devices[\(i)].address: \(device.address) is the adapter's own address")
+            }
+            switch device.sensor?.format.slot {
+            case .serviceData(let uuid) where device.serviceData[uuid] != nil:
+                throw ConfigurationError("devices[\(i)].serviceData: \(uuid) is the sensor's; its payload would replace this one")
+            case .manufacturerData(let company) where device.manufacturerData[company] != nil:
+                throw ConfigurationError("devices[\(i)].manufacturerData: 0x\(hex16(company)) is the sensor's; its payload would replace this one")
+            default:
+                break
             }
             var next = AttributeTable.firstHandle
             for (j, service) in device.services.enumerated() {
@@ -173,6 +183,8 @@ extension SimulatorConfiguration {
         /// Replaces the last byte of every manufacturer data entry with a counter that goes up by
         /// one per advertisement, so that scanners see the data change.
         public var advertisingCounter: Bool
+        /// Sensor readings in the advertisement, measured anew every interval.
+        public var sensor: Sensor?
         /// The negotiated ATT MTU while connected.
         public var mtu: Int
         /// How long a successful Connect takes.
@@ -184,7 +196,7 @@ extension SimulatorConfiguration {
                     rssiJitter: Int = 3, txPower: Int? = nil, connectable: Bool = true, advertisingIntervalMs: Int = 1000,
                     advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
-                    advertisingCounter: Bool = false, mtu: Int = 247, connectDelayMs: Int = 30,
+                    advertisingCounter: Bool = false, sensor: Sensor? = nil, mtu: Int = 247, connectDelayMs: Int = 30,
                     services: [Service] = [], faults: Faults = Faults()) {
             self.address = address
             self.addressType = addressType
@@ -199,6 +211,7 @@ extension SimulatorConfiguration {
             self.manufacturerData = manufacturerData
             self.serviceData = serviceData
             self.advertisingCounter = advertisingCounter
+            self.sensor = sensor
             self.mtu = mtu
             self.connectDelayMs = connectDelayMs
             self.services = services
@@ -207,7 +220,7 @@ extension SimulatorConfiguration {
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
-            case uuids, manufacturerData, serviceData, advertisingCounter, mtu, connectDelayMs, services, faults
+            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, services, faults
         }
 
         public init(from decoder: any Decoder) throws {
@@ -228,6 +241,7 @@ extension SimulatorConfiguration {
             advertisingFlags = try c.decode(.advertisingFlags, default: d.advertisingFlags)
             uuids = try c.decode(.uuids, default: [])
             advertisingCounter = try c.decode(.advertisingCounter, default: false)
+            sensor = try c.decodeIfPresent(Sensor.self, forKey: .sensor)
             mtu = try c.decodeInt(.mtu, default: d.mtu, in: 23...517)!
             connectDelayMs = try c.decodeInt(.connectDelayMs, default: d.connectDelayMs, in: 0...600_000)!
             services = try c.decode(.services, default: [])
@@ -266,6 +280,7 @@ extension SimulatorConfiguration {
                          forKey: .manufacturerData)
             try c.encode(Dictionary(uniqueKeysWithValues: serviceData.map { ($0.key.uuidString, $0.value) }), forKey: .serviceData)
             try c.encode(advertisingCounter, forKey: .advertisingCounter)
+            try c.encodeIfPresent(sensor, forKey: .sensor)
             try c.encode(mtu, forKey: .mtu)
             try c.encode(connectDelayMs, forKey: .connectDelayMs)
             try c.encode(services, forKey: .services)

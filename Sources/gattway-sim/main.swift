@@ -32,6 +32,19 @@ let usage = """
                                           ...0002 encrypt-authenticated-read (ATT 0x0e, link drops)
       F0:00:00:00:00:04 (no name)         non-connectable iBeacon
       F0:00:00:00:00:05 "Sim Eddystone"   non-connectable Eddystone-URL beacon
+    Built-in sensors (temperature, humidity, battery drifting at each measurement; the
+    packet counter +1):
+      F0:00:00:00:00:06 "Sim BTHome"      BTHome v2 (FCD2), also pressure, voltage; every 2 s;
+                                          non-connectable
+      F0:00:00:00:00:07 "Sim BTHome Enc"  the same, encrypted, every 3 s, with the demo bind key
+                                          676174747761792064656d6f206b6579 ("gattway demo key"):
+                                          gattway --sensor-keys FILE with the line
+                                          F0:00:00:00:00:07 676174747761792064656d6f206b6579
+      F0:00:00:00:00:08 "Sim ATC1441"     atc1441 firmware (181A, 13 bytes), every 2.5 s
+      F0:00:00:00:00:09 "Sim PVVX"        pvvx firmware (181A, 15 bytes), every 2.5 s
+      F0:00:00:00:00:0A "Sim MiBeacon"    Xiaomi MiBeacon (FE95), unencrypted, every 3 s
+      F0:00:00:00:00:0B "Sim Ruuvi"       RuuviTag RAWv2 (0x0499), also pressure, acceleration;
+                                          every 2 s; non-connectable, random address
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
       { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
@@ -42,6 +55,7 @@ let usage = """
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
             "advertisingCounter": false, "serviceData": {"181A": "00"}, "mtu": 247,
             "connectDelayMs": 30,
+            "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "<32 hex digits>" },
             "services": [ { "uuid": "181A", "primary": true, "handle": 10, "characteristics": [
               { "uuid": "2A6E", "flags": ["read", "notify"], "value": "e803",
                 "generator": "counter", "notifyIntervalMs": 1000, "echo": false,
@@ -54,6 +68,11 @@ let usage = """
       generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s);
     notifyIntervalMs from 1 (benchmarks) to 3600000.
       A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
+      sensor: advertises readings that change: format bthome | atc1441 | pvvx | mibeacon |
+        ruuvi-rawv2 (its service data or manufacturer data entry, which the device's own
+        "serviceData"/"manufacturerData" must then not have); a new measurement every
+        intervalMs (100 to 3600000, default 2000), sent with the next advertisements;
+        bindKey (bthome only, 16 bytes): every payload AES-CCM encrypted with it.
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
       { "connectError": { "name": "org.bluez.Error.Failed",

@@ -7,6 +7,15 @@ HEART_RATE = "F0:00:00:00:00:01"
 SERIAL = "F0:00:00:00:00:02"
 BEACON = "F0:00:00:00:00:04"
 EDDYSTONE = "F0:00:00:00:00:05"
+# The sensors, each with where its payload is: service data UUID or manufacturer data company id.
+SENSORS = {
+    "F0:00:00:00:00:06": ("serviceData", "0000fcd2-0000-1000-8000-00805f9b34fb"),  # BTHome
+    "F0:00:00:00:00:07": ("serviceData", "0000fcd2-0000-1000-8000-00805f9b34fb"),  # BTHome, encrypted
+    "F0:00:00:00:00:08": ("serviceData", "0000181a-0000-1000-8000-00805f9b34fb"),  # ATC1441
+    "F0:00:00:00:00:09": ("serviceData", "0000181a-0000-1000-8000-00805f9b34fb"),  # PVVX
+    "F0:00:00:00:00:0A": ("serviceData", "0000fe95-0000-1000-8000-00805f9b34fb"),  # MiBeacon
+    "F0:00:00:00:00:0B": ("manufacturerData", "1177"),                            # Ruuvi (0x0499)
+}
 HR_SERVICE = "0000180d-0000-1000-8000-00805f9b34fb"
 
 
@@ -42,7 +51,7 @@ def test_scan_lists_devices_with_advertisement_data_within_3s(gateway):
     def all_seen():
         _, devices, _ = gateway.get("/v1/devices")
         ids = {d["id"] for d in devices["devices"]}
-        return devices if {HEART_RATE, SERIAL, BEACON, EDDYSTONE} <= ids else None
+        return devices if {HEART_RATE, SERIAL, "F0:00:00:00:00:03", BEACON, EDDYSTONE, *SENSORS} <= ids else None
 
     devices = wait_for(all_seen, 3.0)
     assert devices, "not all simulated devices were listed within 3 s"
@@ -61,6 +70,8 @@ def test_scan_lists_devices_with_advertisement_data_within_3s(gateway):
     beacon = by_id[BEACON]["advertisement"]
     assert beacon["manufacturerData"]["76"].startswith("0215")
     assert "0000feaa-0000-1000-8000-00805f9b34fb" in by_id[EDDYSTONE]["advertisement"]["serviceData"]
+    for address, (kind, key) in SENSORS.items():
+        assert key in by_id[address]["advertisement"][kind], by_id[address]
 
     status, one, _ = gateway.get("/v1/devices/" + HEART_RATE.lower())
     assert status == 200 and one["id"] == HEART_RATE
