@@ -60,6 +60,24 @@ struct BlocklistedCentral: Central {
         return try await base.writeDescriptor(id, .handle(d.handle), value)
     }
 
+    /// The device's tree as the backend has it now, for the value cache to keep.
+    func snapshot(_ id: BluetoothAddress) async throws(BLEError) -> GATTSnapshot {
+        GATTSnapshot(services: try await base.services(id))
+    }
+
+    /// The attribute `target` names in `snapshot`, if clients may read it: a kept value is
+    /// answered under the same list as a read.
+    func readable(_ target: ValueTarget, in snapshot: GATTSnapshot) throws(BLEError) -> (handle: UInt16, uuid: BluetoothUUID) {
+        switch target {
+        case .characteristic(let ref):
+            let c = try blocklist.characteristic(ref, in: snapshot.services, for: .read)
+            return (c.handle, c.uuid)
+        case .descriptor(let ref):
+            let d = try blocklist.descriptor(ref, in: snapshot.services, for: .read)
+            return (d.handle, d.uuid)
+        }
+    }
+
     /// Starting is checked as a read; stopping never is, so that a release always goes through.
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
         if enabled { _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read) }
@@ -82,4 +100,16 @@ struct BlocklistedCentral: Central {
     }
     func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try await base.disconnect(id) }
     func diagnostics() -> [CentralMetric] { base.diagnostics() }
+}
+
+/// A device's whole GATT tree, hidden attributes included, kept while the device is not
+/// connected. Opaque: only `BlocklistedCentral.readable` looks inside, under the blocklist.
+struct GATTSnapshot: Sendable {
+    fileprivate let services: [GATTService]
+}
+
+/// The attribute a value route reads.
+enum ValueTarget: Sendable {
+    case characteristic(CharacteristicRef)
+    case descriptor(DescriptorRef)
 }

@@ -18,34 +18,39 @@ extension Gateway {
             let keep = body.autoReconnect ?? self.autoReconnect
             // Kept from now on, even if this attempt fails: the central tries again.
             if keep { self.restoration.kept(id, true) }
-            return DeviceBody(try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep))
+            return DeviceBody(try await self.autoConnections.clientConnects(id) { () async throws(BLEError) in
+                try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
+            })
         })
         router.add("POST", device + "/disconnect", handle { request in
             let id = try Self.deviceID(request)
             self.restoration.kept(id, false)
-            return DeviceBody(try await self.central.disconnect(id))
+            return DeviceBody(try await self.autoConnections.clientDisconnects(id) { () async throws(BLEError) in
+                try await self.central.disconnect(id)
+            })
         })
-        router.add("GET", device + "/gatt", handle { request in
+        // Every route below uses the device: a device gattway connected on its own is not idle meanwhile.
+        router.add("GET", device + "/gatt", usingDevice { request in
             let id = try Self.deviceID(request)
             let services = try await self.central.services(id)
             let mtu = try await self.central.peripheral(id).mtu
             return GATTBody(device: id.description, mtu: mtu, maximumWriteValueLength: WriteLengths(mtu: mtu),
                             services: services.map { ServiceBody($0, withCharacteristics: true) })
         })
-        router.add("GET", device + "/services", handle { request in
+        router.add("GET", device + "/services", usingDevice { request in
             let filter = try Self.uuidFilter(request)
             let services = try await self.central.services(try Self.deviceID(request))
             return ServiceList(services: services.filter { filter?.contains($0.uuid) ?? true }.map { ServiceBody($0, withCharacteristics: false) })
         })
-        router.add("GET", device + "/services/{service}", handle { request in
+        router.add("GET", device + "/services/{service}", usingDevice { request in
             ServiceBody(try await self.service(request), withCharacteristics: true)
         })
-        router.add("GET", device + "/services/{service}/characteristics", handle { request in
+        router.add("GET", device + "/services/{service}/characteristics", usingDevice { request in
             let filter = try Self.uuidFilter(request)
             let characteristics = try await self.service(request).characteristics.filter { filter?.contains($0.uuid) ?? true }
             return CharacteristicList(characteristics: characteristics.map { CharacteristicBody($0, withDescriptors: false) })
         })
-        router.add("GET", device + "/characteristics", handle { request in
+        router.add("GET", device + "/characteristics", usingDevice { request in
             let filter = try Self.uuidFilter(request)
             let all = try await self.central.services(try Self.deviceID(request)).flatMap(\.characteristics)
             return CharacteristicList(characteristics: all.filter { filter?.contains($0.uuid) ?? true }.map { CharacteristicBody($0, withDescriptors: false) })
@@ -54,44 +59,48 @@ extension Gateway {
         // Characteristic routes exist device-wide and scoped to a service.
         for scope in [device, device + "/services/{service}"] {
             let characteristic = scope + "/characteristics/{char}"
-            router.add("GET", characteristic, handle { request in
+            router.add("GET", characteristic, usingDevice { request in
                 CharacteristicBody(try await self.characteristic(request), withDescriptors: true)
             })
-            router.add("GET", characteristic + "/descriptors", handle { request in
+            router.add("GET", characteristic + "/descriptors", usingDevice { request in
                 DescriptorList(descriptors: try await self.characteristic(request).descriptors.map(DescriptorBody.init))
             })
-            router.add("GET", characteristic + "/value", handle { request in
-                let format = try Self.format(request.query["format"])
-                let read = try await self.central.readValue(try Self.deviceID(request), try Self.characteristicRef(request),
-                                                            offset: try Self.offset(request))
-                return ValueBody(read, format: format)
+            router.add("GET", characteristic + "/value", usingDevice { request in
+                try await self.readValue(request, .characteristic(try Self.characteristicRef(request)))
             })
-            router.add("PUT", characteristic + "/value", handle { request in
+            router.add("PUT", characteristic + "/value", usingDevice { request in
                 let body = try JSON.decode(WriteRequest.self, from: request.body)
                 let value = try Self.format(body.format).decode(body.value)
                 let type: WriteType = (body.withResponse ?? true) ? .withResponse : .withoutResponse
                 return WriteResult(try await self.central.writeValue(try Self.deviceID(request), try Self.characteristicRef(request),
                                                                      value, type: type, fragment: body.fragment ?? true))
             })
-            router.add("POST", characteristic + "/notifications", handle { request in
+            router.add("POST", characteristic + "/notifications", usingDevice { request in
                 try await self.setNotify(true, request)
             })
-            router.add("DELETE", characteristic + "/notifications", handle { request in
+            router.add("DELETE", characteristic + "/notifications", usingDevice { request in
                 try await self.setNotify(false, request)
             })
-            router.add("GET", characteristic + "/descriptors/{desc}/value", handle { request in
-                try await self.readDescriptor(request)
+            router.add("GET", characteristic + "/descriptors/{desc}/value", usingDevice { request in
+                try await self.readValue(request, .descriptor(try Self.descriptorRef(request)))
             })
-            router.add("PUT", characteristic + "/descriptors/{desc}/value", handle { request in
+            router.add("PUT", characteristic + "/descriptors/{desc}/value", usingDevice { request in
                 try await self.writeDescriptor(request)
             })
         }
-        router.add("GET", device + "/descriptors/{desc}/value", handle { request in
-            try await self.readDescriptor(request)
+        router.add("GET", device + "/descriptors/{desc}/value", usingDevice { request in
+            try await self.readValue(request, .descriptor(try Self.descriptorRef(request)))
         })
-        router.add("PUT", device + "/descriptors/{desc}/value", handle { request in
+        router.add("PUT", device + "/descriptors/{desc}/value", usingDevice { request in
             try await self.writeDescriptor(request)
         })
+    }
+
+    /// `handle`, for a route on one device: the request uses it while it runs.
+    private func usingDevice<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
+        handle { request in
+            try await self.autoConnections.using(try Self.deviceID(request)) { try await body(request) }
+        }
     }
 
     // MARK: - Resolving selectors
@@ -164,12 +173,6 @@ extension Gateway {
         if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
         restoration.held(id, c.handle, enabled)
         return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)
-    }
-
-    private func readDescriptor(_ request: Request) async throws -> ValueBody {
-        let format = try Self.format(request.query["format"])
-        let read = try await central.readDescriptor(try Self.deviceID(request), try Self.descriptorRef(request), offset: try Self.offset(request))
-        return ValueBody(read, format: format)
     }
 
     private func writeDescriptor(_ request: Request) async throws -> WriteResult {

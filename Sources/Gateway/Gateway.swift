@@ -20,6 +20,10 @@ public final class Gateway: Sendable {
     let autoReconnect: Bool
     /// What outlives gattway (`--state-dir`).
     let restoration: Restoration
+    /// The last values read or notified, for `?maxAge=`.
+    let values: ValueCache
+    /// Devices gattway connected for `connect=auto`, disconnected when idle.
+    let autoConnections: AutoConnections
     /// Diagnostics: recent errors, request counts and latencies, reconnection attempts.
     let errors = ErrorLog()
     let requests = RequestMetrics()
@@ -35,9 +39,11 @@ public final class Gateway: Sendable {
     ///   - autoReconnect: the default of a connect's `autoReconnect`.
     ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
     ///   - blocklist: the GATT attributes clients may not use, or only read or write.
+    ///   - idleDisconnect: how long a device connected for `connect=auto` stays connected without requests.
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), limits: Limits = Limits(),
                 access: AccessControl? = nil, autoReconnect: Bool = false, stateDirectory: String? = nil,
-                blocklist: Blocklist = .standard, log: @escaping @Sendable (String) -> Void = { _ in }) {
+                blocklist: Blocklist = .standard, idleDisconnect: Duration = .seconds(60),
+                log: @escaping @Sendable (String) -> Void = { _ in }) {
         let central = BlocklistedCentral(base: central, blocklist: blocklist)
         self.central = central
         self.blocklist = blocklist
@@ -51,10 +57,19 @@ public final class Gateway: Sendable {
         streams = StreamLimit(limit: limits.streams, perClient: limits.clientStreams)
         let holds = NotificationHolds(central: central)
         self.holds = holds
+        let values = ValueCache()
+        self.values = values
+        let autoConnections = AutoConnections(central: central, holds: holds, idleAfter: idleDisconnect, log: log)
+        self.autoConnections = autoConnections
         central.setEventHandler { [hub, weak self] event in
             hub.publish(event)
             self?.noteEvent(event)
-            if case .connection(let id, .connected, _) = event { restoration.connected(id, central: central, holds: holds) }
+            switch event {
+            case .connection(let id, .connected, _): restoration.connected(id, central: central, holds: holds)
+            case .connection(let id, .disconnected, _): autoConnections.linkDown(id)
+            case .value(let update): values.noted(update)
+            default: break
+            }
         }
     }
 

@@ -345,18 +345,29 @@ struct ConnectRequest: StrictDecodable {
 }
 
 struct ValueBody: Encodable {
+    /// Where an answered value came from: `read` now by this request; `notification` the
+    /// device sent it by itself (a notification or indication) `age` ago; `cache` an earlier
+    /// read (any client's) answered it `age` ago.
+    enum Source: String, Encodable { case read, notification, cache }
+
     var handle: String
     var uuid: String
     var value: String
     var format: String
     var length: Int
+    var source: Source
+    /// Seconds since the value was read or notified, to the millisecond.
+    var age: Double
 
-    init(_ read: AttributeValue, format: ValueFormat) {
+    init(_ read: AttributeValue, format: ValueFormat, source: Source, age: Duration) {
         handle = handleText(read.handle)
         uuid = read.uuid.uuidString
         value = format.encode(read.value)
         self.format = format.rawValue
         length = read.value.count
+        self.source = source
+        let ms = age.components.seconds * 1000 + age.components.attoseconds / 1_000_000_000_000_000
+        self.age = Double(max(ms, 0)) / 1000
     }
 }
 

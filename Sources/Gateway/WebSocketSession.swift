@@ -95,7 +95,7 @@ final class WebSocketSession: Sendable {
         case "read":
             let (device, ref) = try target(command)
             let format = try Gateway.format(command.format)
-            let read = try await gateway.central.readValue(device, ref, offset: command.offset ?? 0)
+            let read = try await gateway.readNow(device, .characteristic(ref), offset: command.offset ?? 0)
             return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(read.handle),
                          value: format.encode(read.value), format: format.rawValue, length: read.value.count)
         case "write":

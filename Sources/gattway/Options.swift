@@ -17,6 +17,8 @@ struct Options {
     var autoReconnect = false
     /// A scanned device not seen for this long is listed `stale`.
     var staleAfterSeconds = 60.0
+    /// A device connected for `connect=auto` is disconnected after this long without requests.
+    var idleDisconnectSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
     /// Access: a token file (`--tokens`), tokens from `GATTWAY_TOKENS`, listed browser origins,
@@ -89,6 +91,10 @@ struct Options {
                            a device the scan found and has not seen for this long is listed
                            with "stale": true (and stays listed, as last seen, when BlueZ
                            forgets it) (default 60)
+      --idle-disconnect SECONDS
+                           a device gattway connected by itself for a ?connect=auto read is
+                           disconnected after this long without requests on it (and nothing
+                           holding its notifications); never one a client connected (default 60)
       --state-dir DIR      where what clients asked for is kept across restarts: devices kept
                            connected, notification holds, a running scan (state.json, written
                            atomically; restored at start; GET /v1/restoration). Default:
@@ -208,6 +214,11 @@ struct Options {
                 case "--stale-after":
                     guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
                     options.staleAfterSeconds = n
+                case "--idle-disconnect":
+                    guard let n = Double(try value()), n > 0, n <= 86_400 else {
+                        throw UsageError("--idle-disconnect takes seconds, more than 0 and at most 86400")
+                    }
+                    options.idleDisconnectSeconds = n
                 case "--state-dir":
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }

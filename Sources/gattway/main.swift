@@ -212,7 +212,7 @@ func run(_ options: Options) async -> Int32 {
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), limits: limits,
                           access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
-                          blocklist: blocklist, log: log)
+                          blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)), log: log)
     let serve = gateway.handler()
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")

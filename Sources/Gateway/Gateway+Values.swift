@@ -1,0 +1,79 @@
+import BLE
+import HTTPServer
+
+/// Reading values, for pollers too: `?maxAge=` answers a young enough value kept from an
+/// earlier read or a notification, `?connect=auto` connects a device that is not connected.
+extension Gateway {
+    /// A day: longer than any sensible poll interval, short enough to stay a number people read.
+    static let maximumMaxAge = 86_400.0
+
+    /// `GET …/value` of a characteristic or a descriptor. Checks, in order: the parameters
+    /// (400); with `connect=auto` the connect; with `maxAge` a kept value; else the read.
+    func readValue(_ request: Request, _ target: ValueTarget) async throws -> ValueBody {
+        let id = try Self.deviceID(request)
+        let format = try Self.format(request.query["format"])
+        let offset = try Self.offset(request)
+        let maxAge = try Self.maxAge(request)
+        let connect = try Self.connectAuto(request)
+        if maxAge != nil && offset != 0 {
+            throw BLEError(.invalidParameters, "maxAge answers whole values; a read from an offset always asks the device")
+        }
+        if connect { try await autoConnections.connectIfNeeded(id) }
+        if let maxAge, maxAge > .zero, let kept = try await keptValue(id, target, maxAge: maxAge) {
+            return ValueBody(kept.value, format: format, source: kept.origin == .read ? .cache : .notification,
+                             age: values.now - kept.at)
+        }
+        return ValueBody(try await readNow(id, target, offset: offset), format: format, source: .read, age: .zero)
+    }
+
+    /// Reads from the device, keeping a whole value for later `maxAge` requests (REST and
+    /// WebSocket reads alike, so that no read's value event is taken for a notification).
+    func readNow(_ id: BluetoothAddress, _ target: ValueTarget, offset: Int) async throws(BLEError) -> AttributeValue {
+        let (handle, _) = try central.readable(target, in: try await tree(id))
+        return try await values.reading(.init(device: id, handle: handle), whole: offset == 0) { () async throws(BLEError) in
+            switch target {
+            case .characteristic: try await central.readValue(id, .handle(handle), offset: offset)
+            case .descriptor: try await central.readDescriptor(id, .handle(handle), offset: offset)
+            }
+        }
+    }
+
+    /// The value kept for `target` if it is at most `maxAge` old. Attributes are named in the
+    /// tree as it is, or, while the device is not connected, as it was last seen.
+    private func keptValue(_ id: BluetoothAddress, _ target: ValueTarget, maxAge: Duration) async throws(BLEError) -> ValueCache.Entry? {
+        let snapshot: GATTSnapshot
+        do {
+            snapshot = try await tree(id)
+        } catch where error.code == .cb(.notConnected) {
+            guard let kept = values.tree(id) else { throw error }
+            snapshot = kept
+        }
+        let (handle, uuid) = try central.readable(target, in: snapshot)
+        return values.entry(.init(device: id, handle: handle), uuid: uuid, maxAge: maxAge)
+    }
+
+    /// A connected device's tree, kept for when it is not.
+    private func tree(_ id: BluetoothAddress) async throws(BLEError) -> GATTSnapshot {
+        let snapshot = try await central.snapshot(id)
+        values.keep(snapshot, for: id)
+        return snapshot
+    }
+
+    /// `?maxAge=SECONDS`: nil when absent (always read), as 0 is.
+    static func maxAge(_ request: Request) throws(BLEError) -> Duration? {
+        guard let text = request.query["maxAge"] else { return nil }
+        guard let seconds = Double(text), seconds.isFinite, (0...maximumMaxAge).contains(seconds) else {
+            throw BLEError(.invalidParameters, "maxAge must be a number of seconds from 0 to \(Int(maximumMaxAge)), not \"\(text)\"")
+        }
+        return .milliseconds(Int((seconds * 1000).rounded()))
+    }
+
+    /// `?connect=auto`: whether to connect a device that is not connected.
+    static func connectAuto(_ request: Request) throws(BLEError) -> Bool {
+        guard let text = request.query["connect"] else { return false }
+        guard text == "auto" else {
+            throw BLEError(.invalidParameters, "connect must be auto, not \"\(text)\"")
+        }
+        return true
+    }
+}
