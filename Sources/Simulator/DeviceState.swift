@@ -51,6 +51,8 @@ struct DeviceState: Sendable {
 
     // MARK: the peripheral
     var advertisingCounter: UInt8 = 0
+    /// Service data set at run time (`SetServiceData`), advertised over the configuration's.
+    var advertisedServiceData: [BluetoothUUID: [UInt8]] = [:]
     var characteristics: [CharacteristicState]
     var descriptors: [DescriptorState]
 

@@ -178,7 +178,7 @@ extension Engine {
             for key in data.keys where !data[key]!.isEmpty { data[key]![data[key]!.count - 1] = devices[d].advertisingCounter }
         }
         return Advertisement(name: config.name, uuids: config.uuids, manufacturerData: data,
-                             serviceData: config.serviceData.mapValues(\.bytes), txPower: config.txPower,
+                             serviceData: config.serviceData.mapValues(\.bytes).merging(devices[d].advertisedServiceData) { $1 }, txPower: config.txPower,
                              flags: config.advertisingFlags.bytes, rssi: rssi)
     }
 
