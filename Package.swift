@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
-// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE); BlueZ → (DBus, BLE);
+// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors); BlueZ → (DBus, BLE);
 // Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
 import PackageDescription
 
@@ -30,9 +30,9 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
         .target(name: "Access", dependencies: ["HTTPServer"]),
-        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Threading"]),
+        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading"]),
 
-        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus"]),
+        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
@@ -45,7 +45,7 @@ let package = Package(
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Threading"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading"]),
     ],
     swiftLanguageModes: [.v6]
 )

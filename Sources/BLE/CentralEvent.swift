@@ -6,6 +6,11 @@ public enum CentralEvent: Sendable, Equatable {
     /// `didDiscover`: a device matched the scan (once per scan, or at every advertisement
     /// change when the scan allows duplicates).
     case advertisement(PeripheralInfo)
+    /// A device this scan already reported advertised other service or manufacturer data, and
+    /// the scan does not allow duplicates (with duplicates, `.advertisement` reports it). Not a
+    /// `didDiscover` (CoreBluetooth reports a device once per such scan): for what decodes
+    /// advertisements, such as sensor payloads, which change while the device stays the same.
+    case advertisementChanged(PeripheralInfo)
     /// `didConnect` / `didDisconnectPeripheral`; `error` is nil when this side disconnected.
     case connection(id: BluetoothAddress, state: PeripheralState, error: BLEError?)
     /// A device kept connected (`autoReconnect`) lost its link: attempt `attempt` starts after `delay`.

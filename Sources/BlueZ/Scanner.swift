@@ -297,20 +297,39 @@ final class Scanner: Sendable {
               let props = tree.properties(at: path, BlueZ.deviceInterface),
               let address = DeviceProperties.address(props) else { return }
         let now = Date()
+        // Without DuplicateData, BlueZ signals ServiceData and ManufacturerData when they change,
+        // each change once: every one is passed on, so that sensor payloads are all decoded.
+        var dataChanged = false
+        if case .properties(_, _, let changed, _) = change {
+            dataChanged = changed["ServiceData"] != nil || changed["ManufacturerData"] != nil
+        }
         let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
-        let report = scan.withLock { s -> Bool in
-            guard s.scanning, let options = s.options else { return false }
+        let report = scan.withLock { s -> Report? in
+            guard s.scanning, let options = s.options else { return nil }
             let known = s.seen[address] != nil
             if known || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
                                         advertisement: DeviceProperties.advertisement(props)) {
                 s.seen[address] = now
                 s.last[address] = snapshot
-                return !known || options.allowDuplicates
+                if !known || options.allowDuplicates { return .discovered }
+                return dataChanged ? .dataChanged : nil
             }
-            return false
+            return nil
         }
         listChanged()  // `seen` moved on
-        if report, let info = DeviceProperties.peripheral(props, lastSeen: now) { events(.advertisement(info)) }
+        guard let report, let info = snapshot else { return }
+        switch report {
+        case .discovered: events(.advertisement(info))
+        case .dataChanged: events(.advertisementChanged(info))
+        }
+    }
+
+    /// What a device's change during a scan is to clients.
+    private enum Report {
+        /// Found by this scan, or heard again by a scan that allows duplicates.
+        case discovered
+        /// Known, and its advertised data changed.
+        case dataChanged
     }
 
     // MARK: - The device list

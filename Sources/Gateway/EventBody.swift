@@ -1,5 +1,6 @@
 import BLE
 import FoundationEssentials
+import Sensors
 
 /// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
 /// Notifications take the hand-written path of `EventEncodings`, with the same fields.
@@ -34,6 +35,11 @@ struct EventBody: Encodable {
     var sequence: UInt64?
     /// The WebSocket subscription the event belongs to.
     var subscription: String?
+    // sensor (and `device`)
+    var sensor: SensorReading?
+    var rssi: Int?
+    /// Whether a value changed since the device's previous packet (false only for `everyPacket`).
+    var changed: Bool?
     // dropped
     var count: Int?
 
@@ -44,12 +50,24 @@ struct EventBody: Encodable {
         device = event.device?.description
         self.subscription = subscription
         switch event.event {
+        case .central(let central):
+            fill(central, format: format, sequence: sequence)
+        case .sensor(let update):
+            sensor = update.reading
+            rssi = update.rssi
+            changed = update.changed
+        }
+    }
+
+    /// The fields of a central's event.
+    private mutating func fill(_ event: CentralEvent, format: ValueFormat, sequence: UInt64?) {
+        switch event {
         case .state(let status):
             state = status.state.name
             code = status.state.rawValue
             adapter = status.adapter
             reason = status.reason
-        case .advertisement(let info):
+        case .advertisement(let info), .advertisementChanged(let info):
             peripheral = DeviceBody(info)
         case .connection(_, let s, let e):
             state = s.name

@@ -20,7 +20,7 @@ struct EventEncodings {
 
     /// The shared part of the event's JSON in `format` (which only notifications depend on).
     mutating func open(_ format: ValueFormat) -> [UInt8] {
-        let key: ValueFormat = if case .value = event.event { format } else { .hex }
+        let key: ValueFormat = if case .central(.value) = event.event { format } else { .hex }
         if let cached = byFormat[key] { return cached }
         let encoded = Self.encode(event, format: key, fragments: fragments)
         byFormat[key] = encoded
@@ -44,7 +44,7 @@ struct EventEncodings {
     /// Notifications, the hot path, are written by hand; the rarer events go through their
     /// `EventBody` (the same fields either way).
     private static func encode(_ event: HubEvent, format: ValueFormat, fragments: AttributeFragments?) -> [UInt8] {
-        guard case .value(let v) = event.event else {
+        guard case .central(.value(let v)) = event.event else {
             var bytes = JSON.encodeCompact(EventBody(event, format: format, subscription: nil, sequence: nil))
             if bytes.last == UInt8(ascii: "}") { bytes.removeLast() }
             return bytes

@@ -6,7 +6,16 @@ import Threading
 
 /// The kinds of stream event, as clients select them (`?types=`).
 enum EventType: String, CaseIterable, Sendable {
-    case state, advertisement, connection, notification
+    case state, advertisement, connection, notification, sensor
+
+    /// "state, advertisement, ...", for error messages.
+    static let names = allCases.map(\.rawValue).joined(separator: ", ")
+}
+
+/// What the hub fans out: the central's events, and the readings decoded from advertisements.
+enum StreamEvent: Sendable {
+    case central(CentralEvent)
+    case sensor(SensorBoard.Update)
 }
 
 /// A set of event types, as bits: selections are checked for every event and every client.
@@ -25,32 +34,39 @@ struct EventTypes: OptionSet, Sendable, Hashable {
 final class HubEvent: Sendable {
     let seq: UInt64
     let time: Date
-    let event: CentralEvent
+    let event: StreamEvent
     let type: EventType
     let device: BluetoothAddress?
     /// A notification's characteristic.
     let characteristicHandle: UInt16?
     let characteristicUUID: BluetoothUUID?
+    /// A sensor packet with the same values as the one before: only for `everyPacket` selections.
+    let unchanged: Bool
 
-    init(seq: UInt64, time: Date, event: CentralEvent) {
+    init(seq: UInt64, time: Date, event: StreamEvent) {
         self.seq = seq
         self.time = time
         self.event = event
         var handle: UInt16?
         var uuid: BluetoothUUID?
+        var unchanged = false
         switch event {
-        case .state:
+        case .central(.state):
             (type, device) = (.state, nil)
-        case .advertisement(let p):
+        case .central(.advertisement(let p)), .central(.advertisementChanged(let p)):
             (type, device) = (.advertisement, p.id)
-        case .connection(let id, _, _), .reconnecting(let id, _, _):
+        case .central(.connection(let id, _, _)), .central(.reconnecting(let id, _, _)):
             (type, device) = (.connection, id)
-        case .value(let v):
+        case .central(.value(let v)):
             (type, device) = (.notification, v.device)
             (handle, uuid) = (v.characteristicHandle, v.characteristicUUID)
+        case .sensor(let update):
+            (type, device) = (.sensor, update.device)
+            unchanged = !update.changed
         }
         characteristicHandle = handle
         characteristicUUID = uuid
+        self.unchanged = unchanged
     }
 }
 
@@ -61,9 +77,11 @@ struct Selection: Sendable, Equatable {
     /// A notification's characteristic, by handle or UUID.
     var characteristic: AttributeSelector?
     var format: ValueFormat = .hex
+    /// Sensor events for every new packet, not only those whose values changed.
+    var everyPacket = false
 
     func matches(_ event: HubEvent) -> Bool {
-        guard types.contains(event.type) else { return false }
+        guard types.contains(event.type), everyPacket || !event.unchanged else { return false }
         if let device, event.device != device { return false }
         if let characteristic, event.type == .notification {
             switch characteristic {
@@ -108,7 +126,9 @@ final class EventHub: Sendable {
 
     deinit { mailbox.post(.stop) }
 
-    func publish(_ event: CentralEvent) {
+    func publish(_ event: CentralEvent) { publish(.central(event)) }
+
+    func publish(_ event: StreamEvent) {
         publishedCount.add(1, ordering: .relaxed)
         mailbox.publish(Published(event: event, time: Date(), at: .now))
     }
@@ -134,7 +154,7 @@ final class EventHub: Sendable {
     }
 
     struct Published: Sendable {
-        let event: CentralEvent
+        let event: StreamEvent
         let time: Date
         let at: ContinuousClock.Instant
     }

@@ -59,7 +59,8 @@ extension Gateway {
         do throws(BLEError) {
             selection = try Self.selection(
                 types: request.query["types"], device: request.query["device"],
-                characteristic: request.query["characteristic"], format: request.query["format"])
+                characteristic: request.query["characteristic"], format: request.query["format"],
+                everyPacket: try Parse.flag(request.query["everyPacket"], field: "everyPacket"))
             hold = try await resolveHold(selection)
             if let hold { try await holds.acquire(hold) }
         } catch {
@@ -87,14 +88,16 @@ extension Gateway {
         ], body: body)
     }
 
-    /// `?types=notification,connection&device=...&characteristic=2a37&format=hex`.
-    static func selection(types: String?, device: String?, characteristic: String?, format: String?) throws(BLEError) -> Selection {
+    /// `?types=notification,connection&device=...&characteristic=2a37&format=hex&everyPacket=true`.
+    static func selection(types: String?, device: String?, characteristic: String?, format: String?,
+                          everyPacket: Bool?) throws(BLEError) -> Selection {
         var selection = Selection()
+        selection.everyPacket = everyPacket ?? false
         if let types {
             var set = EventTypes()
             for name in try Parse.list(types, field: "types") {
                 guard let type = EventType(rawValue: name) else {
-                    throw BLEError(.invalidParameters, "unknown event type \"\(name)\"; types are state, advertisement, connection, notification")
+                    throw BLEError(.invalidParameters, "unknown event type \"\(name)\"; types are \(EventType.names)")
                 }
                 set.insert(EventTypes(type))
             }

@@ -1,6 +1,7 @@
 import Access
 import BLE
 import HTTPServer
+import Sensors
 import Synchronization
 
 /// The REST API over a `Central`: routes, request parsing and response shapes.
@@ -12,6 +13,8 @@ public final class Gateway: Sendable {
     public let version: String
     let hub: EventHub
     let holds: NotificationHolds
+    /// Each device's latest sensor reading (`/v1/sensors`, a device's `sensor`, `sensor` events).
+    let sensors: SensorBoard
     let streams: StreamLimit
     let limits: Limits
     /// Tokens, origins, rates: consulted in front of every route, and by `/v1/ws` for its role.
@@ -40,9 +43,10 @@ public final class Gateway: Sendable {
     ///   - stateDirectory: where the state to restore at start is kept (nil: nowhere).
     ///   - blocklist: the GATT attributes clients may not use, or only read or write.
     ///   - idleDisconnect: how long a device connected for `connect=auto` stays connected without requests.
+    ///   - sensorKeys: bind keys of devices that encrypt their sensor advertisements.
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), limits: Limits = Limits(),
                 access: AccessControl? = nil, autoReconnect: Bool = false, stateDirectory: String? = nil,
-                blocklist: Blocklist = .standard, idleDisconnect: Duration = .seconds(60),
+                blocklist: Blocklist = .standard, idleDisconnect: Duration = .seconds(60), sensorKeys: SensorKeys = SensorKeys(),
                 log: @escaping @Sendable (String) -> Void = { _ in }) {
         let central = BlocklistedCentral(base: central, blocklist: blocklist)
         self.central = central
@@ -53,7 +57,10 @@ public final class Gateway: Sendable {
         let restoration = Restoration(directory: stateDirectory, log: log)
         self.restoration = restoration
         self.version = version
-        hub = EventHub(keepAliveInterval: keepAliveInterval)
+        let hub = EventHub(keepAliveInterval: keepAliveInterval)
+        self.hub = hub
+        let sensors = SensorBoard(keys: sensorKeys) { hub.publish(.sensor($0)) }
+        self.sensors = sensors
         streams = StreamLimit(limit: limits.streams, perClient: limits.clientStreams)
         let holds = NotificationHolds(central: central)
         self.holds = holds
@@ -61,8 +68,17 @@ public final class Gateway: Sendable {
         self.values = values
         let autoConnections = AutoConnections(central: central, holds: holds, idleAfter: idleDisconnect, log: log)
         self.autoConnections = autoConnections
-        central.setEventHandler { [hub, weak self] event in
-            hub.publish(event)
+        central.setEventHandler { [weak self] event in
+            switch event {
+            case .advertisement(let info):
+                hub.publish(event)
+                sensors.hear(info)
+            case .advertisementChanged(let info):
+                // Not a client's `advertisement` event (see CentralEvent): only a reading, if any.
+                sensors.hear(info)
+            default:
+                hub.publish(event)
+            }
             self?.noteEvent(event)
             switch event {
             case .connection(let id, .connected, _): restoration.connected(id, central: central, holds: holds)
@@ -110,12 +126,13 @@ public final class Gateway: Sendable {
             // Only the compact form is kept: `?pretty` is for people, and encoded each time.
             let layout = JSON.Layout(request)
             return .json(200, await self.deviceList.body(version: layout == .compact ? self.central.peripheralsVersion : nil) {
-                JSON.encode(DeviceList(devices: await self.central.peripherals().map(DeviceBody.init)), layout)
+                JSON.encode(DeviceList(devices: await self.central.peripherals().map(self.deviceBody)), layout)
             })
         })
         router.add("GET", "/v1/devices/{id}", handle { request in
-            DeviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
+            self.deviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
         })
+        addSensorRoutes(to: router)
         addGATTRoutes(to: router)
         addStreamRoutes(to: router)
         addDiagnosticRoutes(to: router)

@@ -1,5 +1,6 @@
 import BLE
 import FoundationEssentials
+import Sensors
 
 // JSON shapes of the REST API; names as in openapi.yaml's components.
 
@@ -76,8 +77,11 @@ struct DeviceBody: Encodable {
     var reconnect: ReconnectBody?
     /// Present (true) when the device has not been seen for `--stale-after` or BlueZ forgot it.
     var stale: Bool?
+    /// What its advertisement says, decoded, when a decoder knows its format (REST answers only).
+    var sensor: SensorReading?
 
-    init(_ p: PeripheralInfo) {
+    init(_ p: PeripheralInfo, sensor: SensorReading? = nil) {
+        self.sensor = sensor
         stale = p.stale ? true : nil
         reconnect = p.reconnect.map(ReconnectBody.init)
         if p.state == .connected {

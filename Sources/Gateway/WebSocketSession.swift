@@ -11,6 +11,7 @@ import Synchronization
 /// ← {"op": "result", "id": "3", "value": "64", "format": "hex", ...}
 /// → {"op": "write", "id": "4", "device": "F0:..", "characteristic": "ffe1", "value": "hi", "format": "utf8", "withResponse": false}
 /// ← {"op": "error", "id": "4", "error": {"domain": ..., "code": ..., "name": ..., "message": ...}}
+/// → {"op": "subscribe", "id": "5", "types": ["sensor"], "everyPacket": true}   (every packet, not only changes)
 /// ```
 final class WebSocketSession: Sendable {
     private let gateway: Gateway
@@ -36,8 +37,9 @@ final class WebSocketSession: Sendable {
         var value: String?
         var withResponse: Bool?
         var offset: Int?
+        var everyPacket: Bool?
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case op, id, types, device, characteristic, format, subscription, value, withResponse, offset
+            case op, id, types, device, characteristic, format, subscription, value, withResponse, offset, everyPacket
         }
     }
 
@@ -75,7 +77,8 @@ final class WebSocketSession: Sendable {
         switch command.op {
         case "subscribe":
             let selection = try Gateway.selection(types: command.types?.joined(separator: ","), device: command.device,
-                                                  characteristic: command.characteristic, format: command.format)
+                                                  characteristic: command.characteristic, format: command.format,
+                                                  everyPacket: command.everyPacket)
             let hold = try await gateway.resolveHold(selection)
             if let hold { try await gateway.holds.acquire(hold) }
             let name = state.withLock { s -> String in

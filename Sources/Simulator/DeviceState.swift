@@ -53,6 +53,8 @@ struct DeviceState: Sendable {
     // MARK: the peripheral
     var advertisingCounter: UInt8 = 0
     var sensor: SensorState?
+    /// Service data set at run time (`SetServiceData`), advertised over the configuration's.
+    var advertisedServiceData: [BluetoothUUID: [UInt8]] = [:]
     var characteristics: [CharacteristicState]
     var descriptors: [DescriptorState]
 

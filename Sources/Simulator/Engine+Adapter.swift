@@ -178,7 +178,7 @@ extension Engine {
             devices[d].advertisingCounter &+= 1
             for key in data.keys where !data[key]!.isEmpty { data[key]![data[key]!.count - 1] = devices[d].advertisingCounter }
         }
-        var serviceData = config.serviceData.mapValues(\.bytes)
+        var serviceData = config.serviceData.mapValues(\.bytes).merging(devices[d].advertisedServiceData) { $1 }
         if let sensor = devices[d].sensor {
             switch sensor.slot {
             case .serviceData(let uuid): serviceData[uuid] = sensor.payload

@@ -64,6 +64,13 @@ extension Engine {
             devices[d].characteristics[c].value = value
             reply(call)
             if call.body[3].bool == true { notify(d, c, value) }
+        case "SetServiceData":
+            guard let d = device(call, args[0]) else { return }
+            guard let uuid = BluetoothUUID(args[1] ?? "") else {
+                return fail(call, Engine.controlError("InvalidArguments", "\"\(args[1] ?? "")\" is not a UUID"))
+            }
+            devices[d].advertisedServiceData[uuid] = call.body[2].bytes ?? []
+            reply(call)
         case "Restart":
             let downMs = call.body.first?.integer ?? 0
             log("bluetoothd exits; back in \(downMs) ms (Restart)")

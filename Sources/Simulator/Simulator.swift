@@ -12,6 +12,8 @@ import Synchronization
 /// - `CallCount(s member, s path) → u` counts method calls ("" matches any member or path)
 /// - `ResetCounters()`
 /// - `SetValue(s address, s uuid, ay value, b notify)` sets a characteristic's value on the peripheral
+/// - `SetServiceData(s address, s uuid, ay data)` changes what the peripheral advertises as that
+///   service's data from its next advertisement on (sensor payloads that change)
 /// - `Restart(u downMs)` plays bluetoothd exiting (links, discovery and notify sessions gone,
 ///   org.bluez released, no signals) and starting again `downMs` later (unpaired devices forgotten)
 /// - `SetPowered(b on)` powers the adapter off or on, as rfkill or a reset would

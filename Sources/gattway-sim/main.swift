@@ -89,6 +89,7 @@ let usage = """
       CallCount(s member, s path) -> u   method calls seen ("" matches any)
       ResetCounters()
       SetValue(s address, s uuid, ay value, b notify)   set a characteristic on the peripheral
+      SetServiceData(s address, s uuid, ay data)        advertise this service data from now on
       Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
                                          gone, unpaired devices forgotten) and is back downMs later
       SetPowered(b on)                   power the adapter off or on (links and discovery end)

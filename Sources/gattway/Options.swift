@@ -36,6 +36,8 @@ struct Options {
     /// `--no-default-blocklist`.
     var blocklistFiles: [String] = []
     var defaultBlocklist = true
+    /// Bind keys of devices that encrypt their sensor advertisements (`--sensor-keys`).
+    var sensorKeysFile: String?
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -131,6 +133,11 @@ struct Options {
                            in force); may be given more than once. Refused: 403 uuidNotAllowed
       --no-default-blocklist
                            leave out the default list: only the --blocklist files count
+      --sensor-keys FILE   bind keys of sensors that encrypt their advertisements (BTHome v2):
+                           a device a line, its address and its 16-byte AES key in hex,
+                           "54:48:E6:8F:80:A5 231d39c1d7cc1ab1aee224cd096db932"; # comments.
+                           Without its key an encrypted reading shows "missing-key" and no
+                           values (GET /v1/sensors). Read once at start
       --tls-cert FILE      serve HTTPS only (WebSocket: wss), with this PEM certificate
                            (chain, leaf first) and the PEM private key of --tls-key (not
                            encrypted); both or neither. Read once at start
@@ -148,7 +155,7 @@ struct Options {
                                 addition to --tokens FILE
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
-    /services|/characteristics/{char}[/value|/notifications]]], live events on /v1/events (SSE)
+    /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events on /v1/events (SSE)
     and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See README.md, openapi.yaml.
     """
 
@@ -242,6 +249,7 @@ struct Options {
                     options.maxWebSocketMessage = try count(try value(), "--max-ws-message", 125...(64 << 20))
                 case "--blocklist": options.blocklistFiles.append(try value())
                 case "--no-default-blocklist": options.defaultBlocklist = false
+                case "--sensor-keys": options.sensorKeysFile = try value()
                 case "--tls-cert": options.tlsCertificate = try value()
                 case "--tls-key": options.tlsKey = try value()
                 case "--max-body":

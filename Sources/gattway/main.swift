@@ -7,6 +7,7 @@ import FoundationEssentials
 import Gateway
 import Glibc
 import HTTPServer
+import Sensors
 import Synchronization
 
 let gattwayVersion = "0.1.0"
@@ -151,6 +152,20 @@ func run(_ options: Options) async -> Int32 {
         writeError("gattway: \(error.message)\n")
         return 2
     }
+    var sensorKeys = SensorKeys()
+    if let file = options.sensorKeysFile {
+        guard let text = readFile(file) else {
+            writeError("gattway: \(file): cannot read it (\(String(cString: strerror(errno))))\n")
+            return 2
+        }
+        do {
+            sensorKeys = try SensorKeys(parsing: text, source: file)
+        } catch {
+            writeError("gattway: \(error)\n")  // FILE:LINE: what is wrong
+            return 2
+        }
+        log("sensors: \(sensorKeys.count) bind key(s) from \(file)")
+    }
     var tls: TLSCredentials?
     if let certificate = options.tlsCertificate, let key = options.tlsKey {
         do {
@@ -212,7 +227,8 @@ func run(_ options: Options) async -> Int32 {
     let gateway = Gateway(central: central, version: gattwayVersion,
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), limits: limits,
                           access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
-                          blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)), log: log)
+                          blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
+                          sensorKeys: sensorKeys, log: log)
     let serve = gateway.handler()
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")

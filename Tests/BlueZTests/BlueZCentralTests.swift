@@ -43,6 +43,23 @@ private func isValue(_ id: BluetoothAddress, _ characteristic: String) -> EventL
         #expect(!stopped.scanning)
     }
 
+    /// Without duplicates a device is discovered once; each later change of its advertised data
+    /// is still passed on (as `advertisementChanged`), for the sensor decoders.
+    @Test func advertisedDataChangesArePassedOnWithoutDuplicates() async throws {
+        let rig = try await CentralRig.start()
+        defer { rig.close() }
+        let eddystone = BluetoothAddress("F0:00:00:00:00:05")!
+        _ = try await rig.central.startScan(ScanOptions())
+        _ = try await rig.events.wait { if case .advertisement(let p) = $0 { p.id == eddystone } else { false } }
+        try await rig.control("SetServiceData", [.string(eddystone.description), .string("feaa"), .bytes([0x10, 0xEE, 0x00, 0x41])])
+        let changed = try await rig.events.wait {
+            if case .advertisementChanged(let p) = $0 { p.id == eddystone } else { false }
+        }
+        guard case .advertisementChanged(let info) = changed else { return }
+        #expect(info.advertisement.serviceData[BluetoothUUID("feaa")!] == [0x10, 0xEE, 0x00, 0x41])
+        #expect(rig.events.count { if case .advertisement(let p) = $0 { p.id == eddystone } else { false } } == 1)
+    }
+
     @Test func connectResolvesTheGATTTree() async throws {
         let rig = try await CentralRig.connected([CentralRig.hr])
         defer { rig.close() }

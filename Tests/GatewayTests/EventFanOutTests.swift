@@ -41,7 +41,7 @@ private func events(_ text: String) throws -> [[String: Any]] {
     /// The hand-written notification has the fields the `EventBody` encoding has, with the same values.
     @Test(arguments: ValueFormat.allCases)
     func notificationMatchesTheEventBody(_ format: ValueFormat) throws {
-        let event = HubEvent(seq: 41, time: Date(timeIntervalSince1970: 1_800_000_000.5), event: .value(heartRate))
+        let event = HubEvent(seq: 41, time: Date(timeIntervalSince1970: 1_800_000_000.5), event: .central(.value(heartRate)))
         var encodings = EventEncodings(event)
         let fast = try object(EventEncodings.close(encodings.open(format), sequence: 7, subscription: "s1"))
         let reference = try object(EventBody.line(EventBody(event, format: format, subscription: "s1", sequence: 7)))
@@ -50,7 +50,7 @@ private func events(_ text: String) throws -> [[String: Any]] {
 
     @Test func otherEventsCarryTheirFieldsAndASubscription() throws {
         let event = HubEvent(seq: 3, time: Date(timeIntervalSince1970: 0),
-                             event: .connection(id: heartRate.device, state: .connected, error: nil))
+                             event: .central(.connection(id: heartRate.device, state: .connected, error: nil)))
         var encodings = EventEncodings(event)
         let json = try object(EventEncodings.close(encodings.open(.hex), sequence: nil, subscription: "s2"))
         #expect(json["type"] as? String == "connection")
@@ -62,14 +62,14 @@ private func events(_ text: String) throws -> [[String: Any]] {
     @Test func stringsAreEscaped() throws {
         var update = heartRate
         update.value = Array("a\"b\\c\n\u{1}é".utf8)
-        let event = HubEvent(seq: 1, time: Date(), event: .value(update))
+        let event = HubEvent(seq: 1, time: Date(), event: .central(.value(update)))
         var encodings = EventEncodings(event)
         let json = try object(EventEncodings.close(encodings.open(.utf8), sequence: nil, subscription: nil))
         #expect(json["value"] as? String == "a\"b\\c\n\u{1}é")
     }
 
     @Test func oneEncodingPerFormatIsShared() {
-        var encodings = EventEncodings(HubEvent(seq: 1, time: Date(), event: .value(heartRate)))
+        var encodings = EventEncodings(HubEvent(seq: 1, time: Date(), event: .central(.value(heartRate))))
         let first = encodings.open(.hex)
         let again = encodings.open(.hex)
         first.withUnsafeBufferPointer { a in again.withUnsafeBufferPointer { b in #expect(a.baseAddress == b.baseAddress) } }
@@ -86,7 +86,7 @@ private func events(_ text: String) throws -> [[String: Any]] {
         let client = StreamClient(id: 1, transport: .serverSentEvents(body), queueLimit: 4)
         client.select(Selection(), as: "")
         for seq in 1...20 {
-            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .value(heartRate))
+            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .central(.value(heartRate)))
             var encodings = EventEncodings(event)
             #expect(client.offer(event, &encodings) == false)
         }
@@ -112,7 +112,7 @@ private func events(_ text: String) throws -> [[String: Any]] {
         let client = StreamClient(id: 1, transport: .serverSentEvents(StreamBody(capacityBytes: 1 << 20)))
         for round in 1...100 {
             client.select(Selection(), as: "s\(round)")
-            let event = HubEvent(seq: UInt64(round), time: Date(), event: .value(heartRate))
+            let event = HubEvent(seq: UInt64(round), time: Date(), event: .central(.value(heartRate)))
             var encodings = EventEncodings(event)
             _ = client.offer(event, &encodings)
             #expect(client.sequenceCounters == 1)
@@ -127,7 +127,7 @@ private func events(_ text: String) throws -> [[String: Any]] {
         client.select(Selection(), as: "")
         var disconnect = false
         for seq in 1...20 where !disconnect {
-            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .value(heartRate))
+            let event = HubEvent(seq: UInt64(seq), time: Date(), event: .central(.value(heartRate)))
             var encodings = EventEncodings(event)
             disconnect = client.offer(event, &encodings)
         }

@@ -30,10 +30,14 @@ final class FakeCentral: Central {
     }
     func stopScan() async throws(BLEError) -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func scanStatus() async -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
-    func peripherals() async -> [PeripheralInfo] { [device] }
-    /// The list never changes, so the gateway may keep its encoding for good.
-    var peripheralsVersion: UInt64? { 1 }
+    /// What `peripherals()` lists besides `device`, and how often a test changed it.
+    let others = Mutex<(devices: [PeripheralInfo], version: UInt64)>(([], 1))
+    func list(_ devices: [PeripheralInfo]) { others.withLock { $0 = (devices, $0.version + 1) } }
+    func peripherals() async -> [PeripheralInfo] { [device] + others.withLock { $0.devices } }
+    /// The list changes only when a test changes it, so the gateway may keep its encoding until then.
+    var peripheralsVersion: UInt64? { others.withLock { $0.version } }
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        if let other = others.withLock({ $0.devices.first { $0.id == id } }) { return other }
         guard id == device.id else { throw BLEError(.unknownDevice, "no device \(id)") }
         var connected = device
         connected.state = .connected
@@ -270,7 +274,7 @@ extension Reply {
 
     @Test("event types are exact", arguments: [("state,connection", true), ("", true), ("state,", false), (" state", false)])
     func eventTypeEntries(types: String, accepted: Bool) {
-        #expect(((try? Gateway.selection(types: types, device: nil, characteristic: nil, format: nil)) != nil) == accepted)
+        #expect(((try? Gateway.selection(types: types, device: nil, characteristic: nil, format: nil, everyPacket: nil)) != nil) == accepted)
     }
 
     @Test func ambiguousUUIDListsHandles() async throws {
@@ -387,7 +391,7 @@ extension Reply {
         #expect(known(ConnectRequest.self) == "autoReconnect, timeout")
         #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
         #expect(known(WebSocketSession.Command.self)
-                == "characteristic, device, format, id, offset, op, subscription, types, value, withResponse")
+                == "characteristic, device, everyPacket, format, id, offset, op, subscription, types, value, withResponse")
     }
 }
 

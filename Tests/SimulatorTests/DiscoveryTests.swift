@@ -73,6 +73,24 @@ import Testing
         #expect(service?.value.bytes?.first == 0x10)
     }
 
+    /// `SetServiceData`: the next advertisement carries the new bytes, reported as a change of
+    /// ServiceData, as bluetoothd reports a sensor's new payload.
+    @Test func setServiceDataChangesTheNextAdvertisement() async throws {
+        let sim = try await Sim.start()
+        defer { sim.close() }
+        try await sim.call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        try await sim.signal { $0.adds(Sim.devicePath(Sim.eddystone)) }
+        let mark = sim.mark
+        _ = try await sim.control("SetServiceData", [.string(Sim.eddystone), .string("feaa"), .bytes([0x10, 0xEE, 0x00, 0x41])])
+        let changed = try await sim.signal(after: mark) { $0.changes(Sim.devicePath(Sim.eddystone), Interface.device, "ServiceData") }
+        let entry = changed.body[1].stringDictionary?["ServiceData"]?.unwrapped.dictionaryEntries?.first
+        #expect(entry?.key == .string("0000feaa-0000-1000-8000-00805f9b34fb"))
+        #expect(entry?.value.bytes == [0x10, 0xEE, 0x00, 0x41])
+        await expectError("io.gattway.Simulator1.Error.InvalidArguments") {
+            _ = try await sim.control("SetServiceData", [.string(Sim.eddystone), .string("nope"), .bytes([])])
+        }
+    }
+
     @Test("a UUID filter only lets matching devices in; filters of clients are merged")
     func uuidFilter() async throws {
         let sim = try await Sim.start()

@@ -1,0 +1,89 @@
+import BLE
+import FoundationEssentials
+import Sensors
+import Synchronization
+
+/// The latest sensor reading of each device, decoded from what it advertises.
+///
+/// Fed with every advertisement the central reports (`advertisement`, and `advertisementChanged`
+/// while a scan without duplicates runs) and with every device the gateway lists, so that a
+/// listing never shows a reading older than the device's advertisement. A device's advertisement
+/// is decoded once per change: the same bytes heard again only move `heard` on. A new reading
+/// (other bytes: a new packet) goes to `publish`, marked `changed` when a measurement (or the
+/// format, or what became of its encryption) differs from the last one's; a snapshot older than
+/// the one already taken (a listing read before the event that replaced it) is ignored.
+///
+/// Bounded: at most `limit` devices are kept (non-sensors too, so that their advertisements are
+/// not decoded again at every listing); past it the one heard longest ago makes room.
+final class SensorBoard: Sendable {
+    static let limit = 4096
+
+    /// A new reading, as the `sensor` stream event reports it.
+    struct Update: Sendable {
+        var device: BluetoothAddress
+        var reading: SensorReading
+        var rssi: Int?
+        /// A measurement, the format or the encryption outcome differs from the previous reading's
+        /// (a first reading counts as changed); false for a new packet with the same values.
+        var changed: Bool
+    }
+
+    /// A device's current reading and when it was last heard.
+    struct Current: Sendable {
+        var reading: SensorReading
+        var heard: Date
+    }
+
+    private struct Entry {
+        var advertisement: AdvertisementData
+        /// nil: no decoder knows the advertisement.
+        var reading: SensorReading?
+        var heard: Date
+    }
+
+    private struct State {
+        var entries: [BluetoothAddress: Entry] = [:]
+        var replays = ReplayGuard()
+    }
+
+    private let state = Mutex(State())
+    private let keys: SensorKeys
+    private let publish: @Sendable (Update) -> Void
+
+    init(keys: SensorKeys, publish: @escaping @Sendable (Update) -> Void) {
+        self.keys = keys
+        self.publish = publish
+    }
+
+    /// Takes what the central says of a device; its reading, if it advertises one.
+    @discardableResult
+    func hear(_ info: PeripheralInfo) -> Current? {
+        let heard = info.lastSeen ?? Date()
+        let (current, update) = state.withLock { s -> (Current?, Update?) in
+            if var entry = s.entries[info.id] {
+                guard heard >= entry.heard else { return (entry.reading.map { Current(reading: $0, heard: entry.heard) }, nil) }
+                entry.heard = heard
+                guard entry.advertisement != info.advertisement else {
+                    s.entries[info.id] = entry
+                    return (entry.reading.map { Current(reading: $0, heard: heard) }, nil)
+                }
+            } else if s.entries.count >= Self.limit, let oldest = s.entries.min(by: { $0.value.heard < $1.value.heard })?.key {
+                s.entries[oldest] = nil
+            }
+            let previous = s.entries[info.id]?.reading
+            let reading = Sensors.decode(info.advertisement, address: info.id, keys: keys)
+                .map { s.replays.admit($0, from: info.id) }
+            s.entries[info.id] = Entry(advertisement: info.advertisement, reading: reading, heard: heard)
+            guard let reading else { return (nil, nil) }
+            let changed = previous.map {
+                $0.measurements != reading.measurements || $0.format != reading.format || $0.encryption != reading.encryption
+            } ?? true
+            return (Current(reading: reading, heard: heard), Update(device: info.id, reading: reading, rssi: info.rssi, changed: changed))
+        }
+        if let update { publish(update) }
+        return current
+    }
+
+    /// Devices kept.
+    var count: Int { state.withLock { $0.entries.count } }
+}
