@@ -15,11 +15,9 @@ extension Gateway {
         let offset = try Self.offset(request)
         let maxAge = try Self.maxAge(request)
         let connect = try Self.connectAuto(request)
-        if maxAge != nil && offset != 0 {
-            throw BLEError(.invalidParameters, "maxAge answers whole values; a read from an offset always asks the device")
-        }
         if connect { try await autoConnections.connectIfNeeded(id) }
-        if let maxAge, maxAge > .zero, let kept = try await keptValue(id, target, maxAge: maxAge) {
+        // Kept values are whole values: a read from an offset always asks the device.
+        if offset == 0, let maxAge, maxAge > .zero, let kept = try await keptValue(id, target, maxAge: maxAge) {
             return ValueBody(kept.value, format: format, source: kept.origin == .read ? .cache : .notification,
                              age: values.now - kept.at)
         }

@@ -148,6 +148,16 @@ final class LinkCentral: Central {
         #expect(try await call(router, "GET", value + "?maxAge=0").error?["name"] as? String == "notConnected")
     }
 
+    /// Kept values are whole: with an offset, `maxAge` still reads from the device.
+    @Test func aReadFromAnOffsetAlwaysReads() async throws {
+        central.connected.withLock { $0 = true }
+        #expect(try await call(router, "GET", value + "?maxAge=60").json["source"] as? String == "read")
+        let partial = try await call(router, "GET", value + "?maxAge=60&offset=1")
+        #expect(partial.status == 200)
+        #expect(partial.json["source"] as? String == "read")
+        #expect(reads == 2)
+    }
+
     @Test func descriptorsAreCachedToo() async throws {
         central.connected.withLock { $0 = true }
         let path = "/v1/devices/F0:00:00:00:00:01/descriptors/0x001f/value?maxAge=60"
@@ -158,7 +168,7 @@ final class LinkCentral: Central {
 
     @Test("bad polling parameters are 400", arguments: [
         "?maxAge=-1", "?maxAge=", "?maxAge=abc", "?maxAge=86401", "?maxAge=nan", "?maxAge=inf",
-        "?connect=always", "?connect=", "?maxAge=60&offset=1",
+        "?connect=always", "?connect=",
     ])
     func badParameters(_ query: String) async throws {
         let reply = try await call(router, "GET", value + query)
