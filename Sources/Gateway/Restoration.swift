@@ -53,12 +53,20 @@ final class Restoration: Sendable {
     private let waitingHolds = Mutex<[BluetoothAddress: [UInt16]]>([:])
     /// Saves run one at a time, in order.
     private let saving = Mutex(())
+    /// The state file as read at start, until `restore` acts on it.
+    private let loaded = Mutex<Desired?>(nil)
 
-    /// `directory` nil: nothing is kept.
+    /// `directory` nil: nothing is kept. The state file is read here, before anything is
+    /// served, so that `GET /v1/restoration` says from the first request whether it was loaded;
+    /// `restore` then acts on it.
     init(directory: String?, log: @escaping @Sendable (String) -> Void) {
         file = directory.map { $0 + "/state.json" }
         self.log = log
         report = Mutex(Report(enabled: directory != nil, file: directory.map { $0 + "/state.json" }))
+        if let state = load() {
+            desired.withLock { $0 = state }
+            loaded.withLock { $0 = state }
+        }
     }
 
     var current: Desired { desired.withLock { $0 } }
@@ -183,8 +191,7 @@ final class Restoration: Sendable {
     /// Reads the state and asks for it again: the scan, each kept device (the central keeps
     /// trying those it cannot connect now), and each hold once its device is connected.
     func restore(central: Central, holds: NotificationHolds) async {
-        guard let state = load() else { return }
-        desired.withLock { $0 = state }
+        guard let state = loaded.withLock({ $0.take() }) else { return }
         log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? " and a scan" : ""))
         if let scan = state.scan {
             do {
