@@ -67,7 +67,7 @@ public final class AccessControl: Sendable {
     /// give headers to (EventSource, WebSocket), `?access_token=…` on a GET, or a WebSocket
     /// subprotocol `bearer.…` offered with the real one.
     static func credential(of request: Request) -> Substring? {
-        if let authorization = request.header("authorization") {
+        if let authorization = request.headers["authorization"] {
             let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
             if parts.count == 2, parts[0].lowercased() == "bearer" { return parts[1].trimmingWhitespace }
             return nil
@@ -88,8 +88,11 @@ public final class AccessControl: Sendable {
     /// path (empty when unknown), for preflight answers.
     public func guarded(_ handler: @escaping Handler, allowedMethods: @escaping @Sendable (Request) -> [String]) -> Handler {
         { request in
+            // Header names are lower case in `headers`: looked up as they are, per request.
+            let host = request.headers["host"]
+            let tokens = self.tokens.withLock { $0 }
             let cors: [(name: String, value: String)]
-            switch self.origins.verdict(origin: request.header("origin"), host: request.header("host")) {
+            switch self.origins.verdict(origin: request.headers["origin"], host: host) {
             case .refused(let origin):
                 return self.refuse(request, "origin", .forbidden(
                     "pages from \(origin) may not use this gateway; start it with --allow-origin \(origin) to let them"))
@@ -99,7 +102,7 @@ public final class AccessControl: Sendable {
             case .noOrigin, .sameOrigin:
                 cors = []
             }
-            if !self.requiresTokens, let host = request.header("host"), !OriginPolicy.isAddressOrLocalhost(host),
+            if tokens.isEmpty, let host, !OriginPolicy.isAddressOrLocalhost(host),
                 !self.origins.lists(host: host) {
                 // Without tokens a page could rebind its own name to this address: then its
                 // requests are "same-origin" and only the name in Host gives it away.
@@ -115,15 +118,14 @@ public final class AccessControl: Sendable {
                     retryAfter: retryAfter)))
             }
             if !self.openPaths.contains(request.path) {
-                if let refusal = self.authorize(request) { return Self.withHeaders(cors, refusal) }
+                if let refusal = self.authorize(request, tokens) { return Self.withHeaders(cors, refusal) }
             }
             if let refusal = self.checkMediaType(request) { return Self.withHeaders(cors, refusal) }
             return Self.withHeaders(cors, await handler(request))
         }
     }
 
-    private func authorize(_ request: Request) -> Response? {
-        let set = tokens.withLock { $0 }
+    private func authorize(_ request: Request, _ set: TokenSet) -> Response? {
         guard !set.isEmpty else { return nil }
         guard let credential = Self.credential(of: request) else {
             return refuse(request, "token", .unauthorized(
@@ -143,7 +145,7 @@ public final class AccessControl: Sendable {
     /// form encodings) are refused, so a page can never slip a request past CORS.
     private func checkMediaType(_ request: Request) -> Response? {
         guard !Self.readMethods.contains(request.method) else { return nil }
-        let declared = request.header("content-type")
+        let declared = request.headers["content-type"]
         guard !request.body.isEmpty || declared != nil else { return nil }
         let mediaType = declared?.split(separator: ";").first.map { $0.trimmingWhitespace.lowercased() }
         guard mediaType != "application/json" else { return nil }
@@ -156,7 +158,7 @@ public final class AccessControl: Sendable {
     private func preflight(_ request: Request, _ methods: [String], cors: Bool) -> Response {
         guard !methods.isEmpty else { return .error(.notFound(method: request.method, path: request.path)) }
         let allowed = methods + ["OPTIONS"]
-        guard cors, let asked = request.header("access-control-request-method") else {
+        guard cors, let asked = request.headers["access-control-request-method"] else {
             return Response(status: 204, headers: [(name: "Allow", value: allowed.joined(separator: ", "))])
         }
         guard methods.contains(asked.uppercased()) else {

@@ -84,6 +84,15 @@ public struct OriginPolicy: Sendable {
     /// an IP address literal, or `localhost`. A page that rebinds its own name to 127.0.0.1 sends
     /// its name here.
     public static func isAddressOrLocalhost(_ host: String) -> Bool {
+        // The usual case first, without allocating: an IPv4 literal (digits and dots, a port).
+        if let first = host.utf8.first, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) {
+            let name = host.utf8.prefix { $0 != UInt8(ascii: ":") }
+            let parts = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+            return parts.count == 4 && parts.allSatisfy { part in
+                (1...3).contains(part.count) && part.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+                    && part.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) } <= 255
+            }
+        }
         let name = hostName(host)
         if name == "localhost" || name.hasSuffix(".localhost") { return true }
         if name.contains(":") { return name.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." } }

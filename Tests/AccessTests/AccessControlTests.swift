@@ -114,7 +114,10 @@ import Testing
         for host in ["127.0.0.1:8080", "localhost:8080", "[::1]:8080", "192.168.1.20", "dash.example:8080"] {
             #expect(await open(Self.request(headers: ["host": host])).status == 200, "\(host)")
         }
-        #expect(await open(Self.request(headers: ["host": "attacker.example:8080"])).status == 403)
+        // Names that only look like addresses are names (127.0.0.1.nip.io resolves to 127.0.0.1).
+        for host in ["attacker.example:8080", "127.0.0.1.nip.io:8080", "1.2.3.4.5", "256.1.1.1", "10.0.0", "1e100.net"] {
+            #expect(await open(Self.request(headers: ["host": host])).status == 403, "\(host)")
+        }
         let (tokens, _) = try Self.guarded(tokens: Self.rw)
         #expect(await tokens(Self.request(headers: ["host": "gattway.home.arpa", "authorization": "Bearer \(Self.rw)"])).status == 200)
     }
