@@ -1,5 +1,4 @@
 import BLE
-import FoundationEssentials
 import Glibc
 
 extension Options {
@@ -8,14 +7,8 @@ extension Options {
     func blocklist() throws(UsageError) -> Blocklist {
         var blocklist = defaultBlocklist ? Blocklist.standard : Blocklist()
         for file in blocklistFiles {
-            let text: String
-            do {
-                text = String(decoding: try Data(contentsOf: URL(fileURLWithPath: file)), as: UTF8.self)
-            } catch {
-                // Foundation keeps the system's reason beneath its own error.
-                let reason = ((error as? CocoaError)?.userInfo["NSUnderlyingError"] as? POSIXError)
-                    .map { String(cString: strerror($0.code.rawValue)) } ?? "\(error)"
-                throw UsageError("cannot read the blocklist \(file): \(reason)")
+            guard let text = readFile(file) else {
+                throw UsageError("cannot read the blocklist \(file): \(String(cString: strerror(errno)))")
             }
             do {
                 blocklist.add(try Blocklist(parsing: text, source: file))

@@ -2,9 +2,11 @@
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -111,6 +113,21 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.proc.returncode
+
+
+def send_raw(gw, text):
+    """Sends `text` as it is on a new connection; returns the socket (still open) and the
+    response head, once it arrived (or what came before the server closed)."""
+    url = urllib.parse.urlparse(gw.base)
+    sock = socket.create_connection((url.hostname, url.port), timeout=10)
+    sock.sendall(text.encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head.decode(errors="replace")
 
 
 @pytest.fixture

@@ -3,21 +3,12 @@ silent hang), while other requests are still served; a place that frees up is us
 import socket
 import urllib.parse
 
-from conftest import Gateway, wait_for
+from conftest import Gateway, send_raw, wait_for
 
 
 def open_sse(gw):
     """A raw SSE request; returns the socket and the response head once it arrived."""
-    url = urllib.parse.urlparse(gw.base)
-    sock = socket.create_connection((url.hostname, url.port), timeout=10)
-    sock.sendall(b"GET /v1/events?types=state HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            break
-        head += chunk
-    return sock, head.decode(errors="replace")
+    return send_raw(gw, "GET /v1/events?types=state HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 
 
 def test_streams_past_the_limit_get_503_and_requests_go_on():

@@ -15,7 +15,7 @@ import pytest
 import websockets
 import yaml
 
-from conftest import ROOT, Gateway, binary, wait_for
+from conftest import ROOT, Gateway, binary, send_raw, wait_for
 
 HR = "F0:00:00:00:00:01"
 RW = "rw-token-0123456789abcdef"
@@ -167,16 +167,10 @@ def test_websocket_origins(secured):
 
 
 def raw_request(gw, text):
-    url = urllib.parse.urlparse(gw.base)
-    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
-        sock.sendall(text.encode())
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-        return reply.decode(errors="replace")
+    """The response head to `text`, sent as it is; the connection is closed after."""
+    sock, head = send_raw(gw, text)
+    sock.close()
+    return head
 
 
 def test_dns_rebinding_guard_without_tokens(gateway):
