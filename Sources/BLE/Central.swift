@@ -106,6 +106,16 @@ public protocol Central: Sendable {
     func stopScan() async throws(BLEError) -> ScanStatus
     func scanStatus() async -> ScanStatus
 
+    /// Starts the watch (a discovery that lasts until `stopWatch`, whatever the scan does,
+    /// resumed after anything that ends it), or replaces the running watch's options. Its
+    /// devices are reported as `.advertisementChanged` when first heard and when their
+    /// advertised data changes, and listed by `watched()`.
+    func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus
+    func stopWatch() async throws(BLEError) -> WatchStatus
+    func watchStatus() async -> WatchStatus
+    /// The devices the watch follows, as last heard (`stale` when not heard for a while).
+    func watched() async -> [PeripheralInfo]
+
     /// Peripherals that matched the current (or last) scan, and connected ones.
     func peripherals() async -> [PeripheralInfo]
     /// Changes whenever what `peripherals()` answers may have changed (read it first), so that
@@ -144,6 +154,12 @@ public protocol Central: Sendable {
 
 extension Central {
     public var peripheralsVersion: UInt64? { nil }
+    public func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
+        throw BLEError(.operationNotSupported, "this central cannot watch")
+    }
+    public func stopWatch() async throws(BLEError) -> WatchStatus { .off }
+    public func watchStatus() async -> WatchStatus { .off }
+    public func watched() async -> [PeripheralInfo] { [] }
     public func diagnostics() -> [CentralMetric] { [] }
 }
 

@@ -86,6 +86,10 @@ public final class BlueZCentral: Central {
     public func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await scanner.start(options) }
     public func stopScan() async throws(BLEError) -> ScanStatus { try await scanner.stop() }
     public func scanStatus() async -> ScanStatus { scanner.status() }
+    public func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus { try await scanner.startWatch(options) }
+    public func stopWatch() async throws(BLEError) -> WatchStatus { try await scanner.stopWatch() }
+    public func watchStatus() async -> WatchStatus { scanner.watchStatus() }
+    public func watched() async -> [PeripheralInfo] { scanner.watched() }
     public func peripherals() async -> [PeripheralInfo] { scanner.peripherals() }
     public var peripheralsVersion: UInt64? { scanner.version }
     public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try scanner.peripheral(id) }

@@ -5,8 +5,10 @@ import Synchronization
 import Threading
 
 /// Discovery: the scan and its filters (pushed down to BlueZ where it can take them, the rest
-/// applied here), the devices it found, and the device list that `GET /v1/devices` shows. A
-/// scan lasts until it is stopped (or its timeout): when BlueZ's discovery ends without that
+/// applied here), the devices it found, and the device list that `GET /v1/devices` shows; and
+/// the watch, a discovery of its own that lasts as long as the gateway, for sensors. One BlueZ
+/// discovery serves both (its filter is what both can take). A scan lasts until it is stopped
+/// (or its timeout), the watch until it is stopped: when BlueZ's discovery ends without that
 /// (the adapter reset or powered off and on, another client, bluetoothd restarting, the bus
 /// coming back) it is started again.
 final class Scanner: Sendable {
@@ -40,6 +42,11 @@ final class Scanner: Sendable {
         var last: [BluetoothAddress: PeripheralInfo] = [:]
         /// Bumped by every start and stop, so that an old timeout cannot stop a newer scan.
         var generation = 0
+        /// The running watch, if any.
+        var watch: Watch?
+
+        /// Whether BlueZ's discovery should run (for a scan or the watch).
+        var discovering: Bool { scanning || watch != nil }
 
         var status: ScanStatus {
             ScanStatus(scanning: scanning, options: options, startedAt: startedAt, stopsAt: stopsAt, discovered: seen.count)
@@ -49,6 +56,38 @@ final class Scanner: Sendable {
             scanning = false
             stopsAt = nil
             generation += 1
+        }
+    }
+
+    /// The watch and the devices it heard: bounded, and forgetting the ones not heard for long
+    /// (phones change their random addresses every few minutes).
+    private struct Watch {
+        var options: WatchOptions
+        var since: Date
+        var heard: [BluetoothAddress: Date] = [:]
+        var last: [BluetoothAddress: PeripheralInfo] = [:]
+
+        static let limit = 1024
+        static let forgetAfter: Double = 3600
+
+        /// Notes a device heard now; whether it is new to the watch.
+        mutating func hear(_ address: BluetoothAddress, _ snapshot: PeripheralInfo?, at now: Date) -> Bool {
+            let known = heard[address] != nil
+            if !known, heard.count >= Self.limit { forget(before: now.addingTimeInterval(-Self.forgetAfter)) }
+            if !known, heard.count >= Self.limit, let oldest = heard.min(by: { $0.value < $1.value })?.key {
+                heard[oldest] = nil
+                last[oldest] = nil
+            }
+            heard[address] = now
+            last[address] = snapshot ?? last[address]
+            return !known
+        }
+
+        mutating func forget(before cutoff: Date) {
+            for (address, at) in heard where at < cutoff {
+                heard[address] = nil
+                last[address] = nil
+            }
         }
     }
 
@@ -87,7 +126,8 @@ final class Scanner: Sendable {
             throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
         }
         let adapter = try link.usableAdapter()
-        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(options))])
+        let watch = scan.withLock { $0.watch?.options }
+        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
 
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes; InProgress means this connection still discovers.
@@ -119,21 +159,99 @@ final class Scanner: Sendable {
     }
 
     private func stopNow() async throws(BLEError) -> ScanStatus {
-        let wasScanning = scan.withLock { s -> Bool in
+        let (wasScanning, watch) = scan.withLock { s -> (Bool, WatchOptions?) in
             defer { s.end() }
-            return s.scanning
+            return (s.scanning, s.watch?.options)
         }
-        if wasScanning, let adapter = index.adapterPath() {
-            do {
-                try await adapterCall(adapter, "StopDiscovery")
-                try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
-            } catch {
-                // "No discovery started" or a powered-off adapter: the scan is over either way.
-                log("stopping discovery: \(error)")
-            }
+        if wasScanning {
+            await discoveryNeeded(watch: watch)
             log("scan stopped")
         }
         return scan.withLock { $0.status }
+    }
+
+    /// After the scan or the watch stopped: BlueZ's discovery goes on with the watch's filter
+    /// (or, for devices being looked for, without a filter), or stops.
+    private func discoveryNeeded(scan options: ScanOptions? = nil, watch: WatchOptions?) async {
+        guard let adapter = index.adapterPath() else { return }
+        do {
+            if options != nil || watch != nil {
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
+                return
+            }
+            if !lookers.withLock({ $0.discovering }) { try await adapterCall(adapter, "StopDiscovery") }
+            try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
+        } catch {
+            // "No discovery started" or a powered-off adapter: the discovery is over either way.
+            log("stopping discovery: \(error)")
+        }
+    }
+
+    // MARK: - The watch
+
+    func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
+        try options.validate()
+        return try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
+            let (replaced, scanOptions) = self.scan.withLock { s -> (Bool, ScanOptions?) in
+                // Replaced options start afresh, as a new scan does: only what matches them is listed.
+                let replaced = s.watch != nil
+                s.watch = Watch(options: options, since: Date())
+                return (replaced, s.scanning ? s.options : nil)
+            }
+            self.log("watch \(replaced ? "changed" : "started"): \(Self.describe(options))")
+            // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
+            // (off, bluetoothd away) the discovery starts when it is.
+            do throws(BLEError) {
+                let adapter = try self.link.usableAdapter()
+                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: scanOptions, watch: options))])
+                do throws(BLEError) {
+                    try await self.adapterCall(adapter, "StartDiscovery")
+                } catch where error.detail?.contains("InProgress") == true {
+                }
+            } catch {
+                self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
+            }
+            return self.watchStatus()
+        }
+    }
+
+    func stopWatch() async throws(BLEError) -> WatchStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
+            let (wasWatching, scanOptions) = self.scan.withLock { s -> (Bool, ScanOptions?) in
+                defer { s.watch = nil }
+                return (s.watch != nil, s.scanning ? s.options : nil)
+            }
+            if wasWatching {
+                await self.discoveryNeeded(scan: scanOptions, watch: nil)
+                self.log("watch stopped")
+            }
+            return self.watchStatus()
+        }
+    }
+
+    func watchStatus() -> WatchStatus {
+        let discovering = index.adapterPath().flatMap { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool } ?? false
+        return scan.withLock { s in
+            guard let w = s.watch else { return .off }
+            return WatchStatus(watching: true, options: w.options, since: w.since, discovering: discovering, devices: w.heard.count)
+        }
+    }
+
+    /// The devices the watch follows, as BlueZ has them, or as last heard once BlueZ forgot them.
+    func watched() -> [PeripheralInfo] {
+        let adapter = index.adapterPath()
+        let (heard, last) = scan.withLock { s -> ([BluetoothAddress: Date], [BluetoothAddress: PeripheralInfo]) in
+            s.watch?.forget(before: Date().addingTimeInterval(-Watch.forgetAfter))
+            return (s.watch?.heard ?? [:], s.watch?.last ?? [:])
+        }
+        let moving = self.moving.withLock { $0 }
+        return heard.compactMap { address, seen -> PeripheralInfo? in
+            if adapter != nil, let path = try? index.devicePath(address), let props = tree.properties(at: path, BlueZ.deviceInterface),
+               let info = info(path, props, lastSeen: seen, transition: moving[address]) {
+                return info
+            }
+            return last[address].map(stale)
+        }.sorted { $0.id < $1.id }
     }
 
     /// Discoveries restarted after BlueZ ended them by itself.
@@ -142,7 +260,7 @@ final class Scanner: Sendable {
     /// BlueZ's discovery ended, or may have, without this side stopping the scan: start it again
     /// (soon, and with backoff while it fails).
     private func discoveryEnded(_ why: String) {
-        guard scan.withLock({ $0.scanning }) else { return }
+        guard scan.withLock({ $0.discovering }) else { return }
         restarts.withLock { r in
             guard r.timer == nil else { return }
             let delay = Duration.milliseconds(min(30_000, 200 << min(r.failures, 7)))
@@ -156,19 +274,21 @@ final class Scanner: Sendable {
 
     private func restartDiscovery() async {
         restarts.withLock { $0.timer = nil }
-        guard let options = scan.withLock({ $0.scanning ? $0.options : nil }) else { return }
+        guard scan.withLock({ $0.discovering }) else { return }
         do {
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-                guard self.scan.withLock({ $0.scanning }) else { return }
+                let (wanted, options, watch) = self.scan.withLock { ($0.discovering, $0.scanning ? $0.options : nil, $0.watch?.options) }
+                guard wanted else { return }
                 let adapter = try self.link.usableAdapter()
                 guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
-                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(options))])
+                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
                 do throws(BLEError) {
                     try await self.adapterCall(adapter, "StartDiscovery")
                 } catch where error.detail?.contains("InProgress") == true {
                 }
                 self.restarts.withLock { $0.count += 1; $0.failures = 0 }
-                self.log("scan started again: \(Self.describe(options))")
+                self.log((options.map { "scan started again: \(Self.describe($0))" } ?? "discovery started again")
+                         + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" } ?? ""))
             }
         } catch {
             // Not usable yet (powered off, no bluetoothd): a state change starts it; else try later.
@@ -186,12 +306,32 @@ final class Scanner: Sendable {
         }
     }
 
-    /// What BlueZ's discovery filter can take of the options (the rest is applied here).
-    static func filter(_ options: ScanOptions) -> [(String, Value)] {
-        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
-        if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
-        if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+    /// What BlueZ's discovery filter can take of the scan's options and the watch's (the rest
+    /// is applied here): the scan's alone; with the watch, what lets both see all they want.
+    /// The watch never pushes its services down: BlueZ matches UUIDs against advertised service
+    /// UUIDs only, and most sensors send service data alone.
+    static func filter(scan options: ScanOptions?, watch: WatchOptions?) -> [(String, Value)] {
+        guard let watch else {
+            guard let options else { return [("Transport", .string("le"))] }
+            var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
+            if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
+            if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+            return filter
+        }
+        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(true))]
+        // A floor both have (the lower), or the watch's alone.
+        let floor = options.map { scan in scan.rssi.flatMap { r in watch.rssi.map { min(r, $0) } } } ?? watch.rssi
+        if let floor { filter.append(("RSSI", .int16(Int16(floor)))) }
         return filter
+    }
+
+    static func describe(_ options: WatchOptions) -> String {
+        var parts: [String] = []
+        if !options.devices.isEmpty { parts.append("devices=" + options.devices.map(\.description).joined(separator: ",")) }
+        if !options.services.isEmpty { parts.append("services=" + options.services.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",")) }
+        if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
+        if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        return parts.isEmpty ? "every device" : parts.joined(separator: " ")
     }
 
     static func describe(_ options: ScanOptions) -> String {
@@ -234,7 +374,7 @@ final class Scanner: Sendable {
             defer { l.discovering = true }
             return !l.discovering
         }
-        guard start, !scan.withLock({ $0.scanning }), let adapter = index.adapterPath() else { return }
+        guard start, !scan.withLock({ $0.discovering }), let adapter = index.adapterPath() else { return }
         log("discovery started to find devices to reconnect")
         do {
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
@@ -254,9 +394,9 @@ final class Scanner: Sendable {
             l.discovering = false
             return true
         }
-        guard stop, !scan.withLock({ $0.scanning }), let adapter = index.adapterPath() else { return }
+        guard stop, !scan.withLock({ $0.discovering }), let adapter = index.adapterPath() else { return }
         try? await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-            guard !self.scan.withLock({ $0.scanning }) else { return }
+            guard !self.scan.withLock({ $0.discovering }) else { return }
             try await self.adapterCall(adapter, "StopDiscovery")
         }
     }
@@ -284,6 +424,11 @@ final class Scanner: Sendable {
         case .reloaded:
             if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
             return
+        case .added(let p, let interfaces) where interfaces[BlueZ.adapterInterface] != nil:
+            // bluetoothd owns its name before it exports the adapters: a reload may find none,
+            // and the adapter then comes as InterfacesAdded, powered already (no change signal).
+            if p == index.adapterPath() { discoveryEnded("the adapter appeared") }
+            return
         case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil:
             path = p
             if let address = DeviceProperties.address(interfaces[BlueZ.deviceInterface] ?? [:]) {
@@ -304,23 +449,31 @@ final class Scanner: Sendable {
             dataChanged = changed["ServiceData"] != nil || changed["ManufacturerData"] != nil
         }
         let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
-        let report = scan.withLock { s -> Report? in
-            guard s.scanning, let options = s.options else { return nil }
+        let (report, watched) = scan.withLock { s -> (Report?, Bool) in
+            guard s.discovering else { return (nil, false) }
+            let name = DeviceProperties.name(props), rssi = DeviceProperties.rssi(props)
+            let advertisement = DeviceProperties.advertisement(props)
+            var watched = false
+            if let options = s.watch?.options, s.watch?.heard[address] != nil
+                || options.matches(address, name: name, rssi: rssi, advertisement: advertisement) {
+                watched = s.watch?.hear(address, snapshot, at: now) == true || dataChanged
+            }
+            guard s.scanning, let options = s.options else { return (nil, watched) }
             let known = s.seen[address] != nil
-            if known || options.matches(name: DeviceProperties.name(props), rssi: DeviceProperties.rssi(props),
-                                        advertisement: DeviceProperties.advertisement(props)) {
+            if known || options.matches(name: name, rssi: rssi, advertisement: advertisement) {
                 s.seen[address] = now
                 s.last[address] = snapshot
-                if !known || options.allowDuplicates { return .discovered }
-                return dataChanged ? .dataChanged : nil
+                if !known || options.allowDuplicates { return (.discovered, watched) }
+                return (dataChanged ? .dataChanged : nil, watched)
             }
-            return nil
+            return (nil, watched)
         }
         listChanged()  // `seen` moved on
-        guard let report, let info = snapshot else { return }
+        guard let info = snapshot else { return }
         switch report {
         case .discovered: events(.advertisement(info))
         case .dataChanged: events(.advertisementChanged(info))
+        case nil: if watched { events(.advertisementChanged(info)) }
         }
     }
 
@@ -358,13 +511,13 @@ final class Scanner: Sendable {
     /// when BlueZ has forgotten it.
     func peripherals() -> [PeripheralInfo] {
         guard let adapter = index.adapterPath() else { return [] }
-        let (seen, last) = scan.withLock { ($0.seen, $0.last) }
+        let (seen, last, heard) = scan.withLock { ($0.seen, $0.last, $0.watch?.heard ?? [:]) }
         let moving = self.moving.withLock { $0 }
         let kept = reconnects.withLock { $0 }
         var listed = tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props -> PeripheralInfo? in
             guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
             guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil || kept[address] != nil else { return nil }
-            return info(path, props, lastSeen: seen[address], transition: moving[address])
+            return info(path, props, lastSeen: seen[address] ?? heard[address], transition: moving[address])
         }
         let present = Set(listed.map(\.id))
         listed += last.filter { !present.contains($0.key) }.map { stale($0.value) }
@@ -386,11 +539,11 @@ final class Scanner: Sendable {
         do {
             path = try index.devicePath(id)
         } catch {
-            if let snapshot = scan.withLock({ $0.last[id] }) { return stale(snapshot) }
+            if let snapshot = scan.withLock({ $0.last[id] ?? $0.watch?.last[id] }) { return stale(snapshot) }
             throw error
         }
         guard let props = tree.properties(at: path, BlueZ.deviceInterface),
-              let info = info(path, props, lastSeen: scan.withLock({ $0.seen[id] }), transition: moving.withLock({ $0[id] })) else {
+              let info = info(path, props, lastSeen: scan.withLock({ $0.seen[id] ?? $0.watch?.heard[id] }), transition: moving.withLock({ $0[id] })) else {
             throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
         }
         return info

@@ -92,6 +92,10 @@ struct BlocklistedCentral: Central {
     func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await base.startScan(options) }
     func stopScan() async throws(BLEError) -> ScanStatus { try await base.stopScan() }
     func scanStatus() async -> ScanStatus { await base.scanStatus() }
+    func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus { try await base.startWatch(options) }
+    func stopWatch() async throws(BLEError) -> WatchStatus { try await base.stopWatch() }
+    func watchStatus() async -> WatchStatus { await base.watchStatus() }
+    func watched() async -> [PeripheralInfo] { await base.watched() }
     func peripherals() async -> [PeripheralInfo] { await base.peripherals() }
     var peripheralsVersion: UInt64? { base.peripheralsVersion }
     func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try await base.peripheral(id) }

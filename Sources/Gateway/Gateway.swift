@@ -93,6 +93,14 @@ public final class Gateway: Sendable {
     /// that cannot connect now are tried again by the central. `GET /v1/restoration` reports it.
     public func restore() async { await restoration.restore(central: central, holds: holds) }
 
+    /// `--watch`: starts watching every device, unless the state file restores a watch (with
+    /// its own filters). Not recorded in the state file: the flag says it at every start.
+    public func watchAtStart() async {
+        guard !restoration.restoresAWatch else { return }
+        // No options to refuse; an adapter that is not usable yet only delays the discovery.
+        _ = try? await central.startWatch(WatchOptions())
+    }
+
     /// What the server runs for every request: the routes behind access control, counted and timed.
     public func handler() -> Handler {
         let router = router()
@@ -133,6 +141,7 @@ public final class Gateway: Sendable {
             self.deviceBody(try await self.central.peripheral(try Parse.address(request.pathParameters["id"] ?? "")))
         })
         addSensorRoutes(to: router)
+        addWatchRoutes(to: router)
         addGATTRoutes(to: router)
         addStreamRoutes(to: router)
         addDiagnosticRoutes(to: router)

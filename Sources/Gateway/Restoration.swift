@@ -5,7 +5,7 @@ import Synchronization
 
 /// CoreBluetooth's state restoration (`willRestoreState`), for a gateway: what the clients asked
 /// for that should outlive gattway — devices to keep connected, the REST API's notification holds,
-/// a running scan and its filters — kept in `<state dir>/state.json` and restored at start.
+/// a running scan and its filters, the watch a client started — kept in `<state dir>/state.json` and restored at start.
 ///
 /// The file is written whenever that changes, atomically (a temporary file, fsync, rename,
 /// fsync of the directory), so a crash leaves the old state or the new one. A file that cannot
@@ -25,6 +25,8 @@ final class Restoration: Sendable {
         var holds: [Hold] = []
         /// The running scan, as its `POST /v1/scan` body said (only scans without a timeout).
         var scan: ScanRequest?
+        /// The watch, as its `PUT /v1/watch` body said (not one that `--watch` started).
+        var watch: WatchRequest?
     }
 
     /// What the last start restored, for `GET /v1/restoration`.
@@ -92,6 +94,13 @@ final class Restoration: Sendable {
     func scanning(_ request: ScanRequest?) {
         change { $0.scan = request?.timeout == nil ? request : nil }
     }
+
+    func watching(_ request: WatchRequest?) {
+        change { $0.watch = request }
+    }
+
+    /// Whether the state file asks for a watch (which `restore` starts).
+    var restoresAWatch: Bool { loaded.withLock { $0?.watch != nil } }
 
     private func change(_ body: (inout Desired) -> Void) {
         guard file != nil else { return }
@@ -192,7 +201,16 @@ final class Restoration: Sendable {
     /// trying those it cannot connect now), and each hold once its device is connected.
     func restore(central: Central, holds: NotificationHolds) async {
         guard let state = loaded.withLock({ $0.take() }) else { return }
-        log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? " and a scan" : ""))
+        log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? ", a scan" : "")
+            + (state.watch != nil ? ", the watch" : ""))
+        if let watch = state.watch {
+            do {
+                _ = try await central.startWatch(try watch.options())
+                note("watch", "watch", "restored")
+            } catch {
+                note("watch", "watch", "failed", error)
+            }
+        }
         if let scan = state.scan {
             do {
                 _ = try await central.startScan(try scan.options())

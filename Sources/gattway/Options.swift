@@ -38,6 +38,9 @@ struct Options {
     var defaultBlocklist = true
     /// Bind keys of devices that encrypt their sensor advertisements (`--sensor-keys`).
     var sensorKeysFile: String?
+    /// `--watch` / `--no-watch`; nil: watch when simulating (the demo shows its sensors at once).
+    var watch: Bool?
+    var watchAtStart: Bool { watch ?? (simulate != nil) }
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -75,7 +78,9 @@ struct Options {
                            simulator on it and use that. FILE is a simulator configuration
                            (JSON, see `gattway-sim --help`); without it, the built-in devices:
                            a heart-rate monitor, an HM-10 style serial module, a device that
-                           needs pairing, an iBeacon and an Eddystone beacon.
+                           needs pairing, an iBeacon, an Eddystone beacon and six sensors
+                           (BTHome, BTHome encrypted, ATC1441, PVVX, MiBeacon, RuuviTag).
+                           Implies --watch unless --no-watch
       --max-body BYTES     largest request body accepted (default 65536)
       --keepalive SECONDS  how often an idle event stream (SSE) gets a comment line, so that
                            proxies keep it open (default 15)
@@ -89,8 +94,13 @@ struct Options {
                            "autoReconnect": false: after an unexpected disconnection, try again
                            after 1-5 s, then with backoff up to 60 s (default: only devices
                            connected with "autoReconnect": true)
+      --watch              watch for sensors from the start, for as long as gattway runs:
+                           a discovery of its own beside any scan, resumed after anything
+                           that ends it, whose devices GET /v1/sensors lists (PUT /v1/watch
+                           sets filters; a watch set there is restored at start instead)
+      --no-watch           no watch at start (the default, but with --simulate)
       --stale-after SECONDS
-                           a device the scan found and has not seen for this long is listed
+                           a device the scan (or the watch) has not seen for this long is listed
                            with "stale": true (and stays listed, as last seen, when BlueZ
                            forgets it) (default 60)
       --idle-disconnect SECONDS
@@ -218,6 +228,8 @@ struct Options {
                     }
                     options.maxStreams = n
                 case "--auto-reconnect": options.autoReconnect = true
+                case "--watch": options.watch = true
+                case "--no-watch": options.watch = false
                 case "--stale-after":
                     guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
                     options.staleAfterSeconds = n

@@ -251,13 +251,17 @@ func run(_ options: Options) async -> Int32 {
         log("gattway: \(error)")
         return 1
     }
-    Task { await gateway.restore() }
+    Task {
+        await gateway.restore()
+        if options.watchAtStart { await gateway.watchAtStart() }
+    }
     log("gattway \(gattwayVersion) listening on \(tls == nil ? "http" : "https")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
     server.stop()
     _ = try? await central.stopScan()
+    _ = try? await central.stopWatch()
     central.close()
     simulation?.stop()
     return 0
