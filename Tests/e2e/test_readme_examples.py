@@ -1,0 +1,114 @@
+"""The README's polling examples, as written, against `gattway --simulate`: each block after a
+`<!-- checked by Tests/e2e/test_readme_examples.py: NAME -->` line is read from README.md and
+run (the shell line), or followed as its consumer would (Home Assistant's templates rendered
+with Jinja2, as Home Assistant renders them; Node-RED's http request and change nodes), with
+only the address changed to the test's gateway."""
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+
+import jinja2
+import pytest
+import yaml
+
+from conftest import ROOT, Gateway, wait_for
+
+MARK = re.compile(r"<!-- checked by Tests/e2e/test_readme_examples.py: (\S+) -->\n```\w*\n(.*?)```", re.S)
+EXAMPLES = dict(MARK.findall(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()))
+SENSOR = "F0:00:00:00:00:06"
+README_BASE = "http://127.0.0.1:8080"
+
+
+def test_the_readme_marks_every_example_this_file_checks():
+    assert set(EXAMPLES) == {"home-assistant-gatt", "home-assistant-sensor", "curl", "node-red"}, EXAMPLES.keys()
+
+
+@pytest.fixture(scope="module")
+def gw():
+    gateway = Gateway(["--simulate"])
+    assert wait_for(lambda: gateway.get(f"/v1/sensors/{SENSOR}")[0] == 200, 3), "the watch did not hear the sensor"
+    yield gateway
+    gateway.stop()
+
+
+def fetch(gw, url):
+    """GET `url` (the README's address) from the test's gateway, as the consumer would."""
+    assert url.startswith(README_BASE), url
+    status, body, _ = gw.get(url[len(README_BASE):])
+    assert status == 200, (url, body)
+    return body
+
+
+def render(template, value_json):
+    """Renders a Home Assistant value_template (Jinja2; `int(default, base)` is Jinja2's own)."""
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template).render(value_json=value_json)
+
+
+def measurement(template):
+    """The measurement a template reads (`value_json.reading.measurements.NAME.value`), if any."""
+    m = re.search(r"value_json\.reading\.measurements\.(\w+)\.value", template)
+    return m and m.group(1)
+
+
+def test_home_assistant_rest_integration_gets_numbers_with_the_units_it_declares(gw):
+    config = yaml.safe_load(EXAMPLES["home-assistant-sensor"])
+    [rest] = config["rest"]
+    body = fetch(gw, rest["resource"])
+    for entity in rest["sensor"]:
+        state = float(render(entity["value_template"], body))
+        name = measurement(entity["value_template"])
+        assert name, entity
+        assert body["reading"]["measurements"][name]["unit"] == entity["unit_of_measurement"], (entity, body)
+        assert state == body["reading"]["measurements"][name]["value"]
+    for entity in rest["binary_sensor"]:
+        assert render(entity["value_template"], body).lower() == "false", (entity, body)  # heard just now
+
+
+def test_home_assistant_rest_sensor_reads_the_battery_over_gatt(gw):
+    config = yaml.safe_load(EXAMPLES["home-assistant-gatt"])
+    [entity] = config["sensor"]
+    assert entity["platform"] == "rest"
+    body = fetch(gw, entity["resource"])
+    assert 0 <= int(render(entity["value_template"], body)) <= 100, body
+    assert body["source"] in ("read", "cache") and set(entity["json_attributes"]) <= set(body), body
+
+
+def run_shell(gw, text):
+    host = urllib.parse.urlparse(gw.base).netloc
+    return subprocess.run(["bash", "-c", text.replace("localhost:8080", host)], capture_output=True, text=True, timeout=20)
+
+
+def test_the_cron_line_prints_the_temperature_and_fails_once_the_sensor_is_unheard():
+    gw = Gateway(["--simulate", "--stale-after", "1"])
+    try:
+        assert wait_for(lambda: gw.get(f"/v1/sensors/{SENSOR}")[0] == 200, 3)
+        out = run_shell(gw, EXAMPLES["curl"])
+        assert out.returncode == 0, out.stderr
+        assert -40 <= float(out.stdout) <= 60, out.stdout  # the simulator's values drift: a range
+        gw.simulator("SetPowered", "boolean:false")
+        assert wait_for(lambda: gw.get(f"/v1/sensors/{SENSOR}")[1].get("stale"), 5)
+        out = run_shell(gw, EXAMPLES["curl"])
+        assert out.returncode != 0 and out.stdout.strip() == "", (out.returncode, out.stdout)
+    finally:
+        gw.stop()
+
+
+def test_node_red_flow_requests_the_sensor_and_keeps_a_number(gw):
+    flow = {node["id"]: node for node in json.loads(EXAMPLES["node-red"])}
+    inject = next(n for n in flow.values() if n["type"] == "inject")
+    [[first]] = inject["wires"]
+    request = flow[first]
+    assert request["type"] == "http request" and request["method"] == "GET" and request["ret"] == "obj"
+    msg = {"payload": fetch(gw, request["url"])}
+    [[then]] = request["wires"]
+    change = flow[then]
+    assert change["type"] == "change"
+    for rule in change["rules"]:
+        assert rule["t"] == "set" and rule["pt"] == "msg" and rule["tot"] == "msg", rule
+        value = msg
+        for part in rule["to"].split("."):
+            value = value[part]
+        msg[rule["p"]] = value
+    assert isinstance(msg["payload"], (int, float)) and -40 <= msg["payload"] <= 60, msg
