@@ -218,7 +218,12 @@ struct WebSocketTests {
                 try socket.sendFrame(WebSocketFrame(.pong, frame.payload))
             }
             try socket.sendFrame(WebSocketFrame(.text, Array("still here".utf8)))
-            return (pings, try socket.readFrame(), socket)
+            // Another ping may come before the echo (a loaded machine): answered, as before.
+            while true {
+                let frame = try socket.readFrame()
+                guard frame.opcode == .ping else { return (pings, frame, socket) }
+                try socket.sendFrame(WebSocketFrame(.pong, frame.payload))
+            }
         }
         #expect(pings == 3)
         #expect(echo == WebSocketFrame(.text, Array("still here".utf8)))
