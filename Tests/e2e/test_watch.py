@@ -1,11 +1,13 @@
 """Issue 13's watch: a discovery for sensors that lasts as long as gattway runs, beside any scan
 (`--watch`, implied by `--simulate`; `PUT`/`GET`/`DELETE /v1/watch`), against the simulator's
 built-in sensor devices. No scan is started here unless a test says so."""
+import datetime
 import threading
 
 import pytest
 
 from conftest import Gateway, wait_for
+from test_bus_loss import bus  # noqa: F401 (a fixture)
 from test_streams import sse_events
 
 # The simulator's built-in sensors and what each decodes as.
@@ -163,3 +165,26 @@ def test_a_watch_put_by_a_client_is_restored_at_start_and_the_flag_one_is_not(tm
         assert third.get("/v1/restoration")[1]["kept"].get("watch") is None
     finally:
         third.stop()
+
+
+def test_a_watch_from_the_start_waits_for_the_bus_and_outlives_losing_it(bus):
+    """`--watch` before there is any D-Bus system bus (gattway started before bluetoothd), then
+    the bus killed and started again: the watch is on throughout and lists fresh sensors each
+    time BlueZ is back."""
+    gw = Gateway(["--watch", "--stale-after", "1"], env={"DBUS_SYSTEM_BUS_ADDRESS": bus.address})
+    try:
+        assert wait_for(lambda: gw.get("/v1/watch")[1]["watching"], 3)
+        assert gw.get("/v1/watch")[1]["discovering"] is False
+        bus.start()
+        fresh = lambda: all(i in listed(gw) and not listed(gw)[i].get("stale") for i in SENSORS)
+        assert wait_for(fresh, 40), listed(gw)
+        bus.kill()
+        assert wait_for(lambda: gw.get("/v1/state")[1]["state"] == "unsupported", 10)
+        assert gw.get("/v1/watch")[1] == {**gw.get("/v1/watch")[1], "watching": True, "discovering": False}
+        back = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z"
+        bus.start()
+        assert wait_for(lambda: gw.get("/v1/state")[1]["state"] == "poweredOn", 40)
+        # Heard again after the bus came back (not only listed from before).
+        assert wait_for(lambda: fresh() and all(listed(gw)[i]["updated"] > back for i in SENSORS), 10), listed(gw)
+    finally:
+        gw.stop()
