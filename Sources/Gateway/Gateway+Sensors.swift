@@ -45,6 +45,13 @@ extension Gateway {
         })
     }
 
+    /// Decodes encrypted advertisements with `keys` from now on (`--sensor-keys FILE` read again on
+    /// SIGHUP); each device's reading follows when it is next heard or listed.
+    public func replaceSensorKeys(_ keys: SensorKeys) { sensors.replaceKeys(keys) }
+
+    /// How many bind keys are in force.
+    public var sensorKeyCount: Int { sensors.keyCount }
+
     /// A device as REST answers show it: with its reading, when it advertises one.
     func deviceBody(_ info: PeripheralInfo) -> DeviceBody {
         DeviceBody(info, sensor: sensors.hear(info)?.reading)

@@ -13,6 +13,9 @@ import Synchronization
 /// format, or what became of its encryption) differs from the last one's; a snapshot older than
 /// the one already taken (a listing read before the event that replaced it) is ignored.
 ///
+/// The bind keys can be replaced while it runs (SIGHUP): each device's advertisement is then
+/// decoded again when next heard or listed.
+///
 /// Bounded: at most `limit` devices are kept (non-sensors too, so that their advertisements are
 /// not decoded again at every listing); past it the one heard longest ago makes room.
 final class SensorBoard: Sendable {
@@ -35,7 +38,8 @@ final class SensorBoard: Sendable {
     }
 
     private struct Entry {
-        var advertisement: AdvertisementData
+        /// What `reading` was decoded from; nil: decode again (the keys changed).
+        var advertisement: AdvertisementData?
         /// nil: no decoder knows the advertisement.
         var reading: SensorReading?
         var heard: Date
@@ -44,16 +48,27 @@ final class SensorBoard: Sendable {
     private struct State {
         var entries: [BluetoothAddress: Entry] = [:]
         var replays = ReplayGuard()
+        var keys: SensorKeys
     }
 
-    private let state = Mutex(State())
-    private let keys: SensorKeys
+    private let state: Mutex<State>
     private let publish: @Sendable (Update) -> Void
 
     init(keys: SensorKeys, publish: @escaping @Sendable (Update) -> Void) {
-        self.keys = keys
+        state = Mutex(State(keys: keys))
         self.publish = publish
     }
+
+    /// Decodes with `keys` from now on. Readings already taken stay until their device is heard
+    /// again; the replay guard's counters are kept (a key change is no reason to accept an old counter).
+    func replaceKeys(_ keys: SensorKeys) {
+        state.withLock { s in
+            s.keys = keys
+            for id in s.entries.keys { s.entries[id]?.advertisement = nil }
+        }
+    }
+
+    var keyCount: Int { state.withLock { $0.keys.count } }
 
     /// Takes what the central says of a device; its reading, if it advertises one.
     @discardableResult
@@ -71,7 +86,7 @@ final class SensorBoard: Sendable {
                 s.entries[oldest] = nil
             }
             let previous = s.entries[info.id]?.reading
-            let reading = Sensors.decode(info.advertisement, address: info.id, keys: keys)
+            let reading = Sensors.decode(info.advertisement, address: info.id, keys: s.keys)
                 .map { s.replays.admit($0, from: info.id) }
             s.entries[info.id] = Entry(advertisement: info.advertisement, reading: reading, heard: heard)
             guard let reading else { return (nil, nil) }

@@ -1,14 +1,24 @@
+import AESCCM
 import BLE
 
-/// Xiaomi MiBeacon, unencrypted (as open decoders document it: custom-components/ble_monitor's
-/// "Reverse engineering the MiBeacon protocol"): service data of UUID 0xFE95. A 2-byte frame
-/// control, product id (2), frame counter (1), then, as the frame control says, the device's
-/// MAC (6, least significant first), a capability byte (and one I/O capability byte when its
-/// bit 5 is set), and objects: id (2), length (1), value, little-endian.
+/// Xiaomi MiBeacon (Xiaomi's "MiBeacon protocol" page, MiEcosystem/miio_open, and the open
+/// decoders' notes: custom-components/ble_monitor's "Reverse engineering the MiBeacon protocol"):
+/// service data of UUID 0xFE95. A 2-byte frame control, product id (2), frame counter (1), then,
+/// as the frame control says, the device's MAC (6, least significant first), a capability byte
+/// (and one I/O capability byte when its bit 5 is set), and objects: id (2), length (1), value,
+/// little-endian.
 ///
-/// Encrypted frames are recognised and reported `Encryption.unsupported`; mesh frames and
-/// frames without objects are not recognised. Objects carry their length, so an unknown one is
-/// skipped; a frame with no known object is not recognised.
+/// Encrypted frames of versions 4 and 5 (the version is the frame control's top 4 bits) carry the
+/// objects as AES-CCM ciphertext, followed by a 3-byte "random number" (the top 3 bytes of a 32-bit
+/// counter whose low byte is the frame counter) and a 4-byte tag; the nonce is the MAC as sent
+/// (least significant first) ‖ product id ‖ frame counter ‖ random number, the associated data the
+/// one byte 0x11, the key the device's 16-byte bind key. Without a key such a frame is
+/// `Encryption.missingKey`, with a wrong one `.failed`; a device that has a key and sends objects in
+/// the clear is refused (`.refusedCleartext`), as BTHome's are. The older versions' encryption
+/// (a 12-byte key) is recognised and reported `.unsupported`.
+///
+/// Mesh frames and frames without objects are not recognised. Objects carry their length, so an
+/// unknown one is skipped; a frame with no known object is not recognised.
 struct MiBeacon: PayloadDecoder {
     var source: PayloadSource { .serviceData(0xFE95) }
 
@@ -18,28 +28,71 @@ struct MiBeacon: PayloadDecoder {
         static let capabilityIncluded: UInt16 = 1 << 5
         static let objectIncluded: UInt16 = 1 << 6
         static let mesh: UInt16 = 1 << 7
+        static let versionShift: UInt16 = 12
     }
 
     private static let ioCapabilityIncluded: UInt8 = 1 << 5
+    /// The first version whose frames are sealed with AES-CCM.
+    private static let firstCCMVersion: UInt16 = 4
+    private static let associatedData: [UInt8] = [0x11]
+    private static let randomNumberLength = 3
+    private static let tagLength = 4
+    /// An object's id and length: the least ciphertext worth opening.
+    private static let objectHeaderLength = 3
 
     func decode(_ payload: [UInt8], context: DecodingContext) -> SensorReading? {
         var reader = ByteReader(payload)
         guard let control = reader.unsigned(2, .littleEndian).map(UInt16.init),
-              reader.read(2) != nil, let counter = reader.byte(),
+              let productId = reader.read(2), let counter = reader.byte(),
               control & Control.mesh == 0, control & Control.objectIncluded != 0
         else { return nil }
+        var mac: [UInt8]?
         if control & Control.macIncluded != 0 {
-            guard let mac = reader.read(6) else { return nil }
+            guard let sent = reader.read(6) else { return nil }
             // A frame that names another device is not this device's reading.
-            if let address = context.address, address.bytes != mac.reversed() { return nil }
-        }
-        guard control & Control.encrypted == 0 else {
-            return SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .unsupported)
+            if let address = context.address, address.bytes != sent.reversed() { return nil }
+            mac = Array(sent)
         }
         if control & Control.capabilityIncluded != 0 {
             guard let capability = reader.byte() else { return nil }
             if capability & Self.ioCapabilityIncluded != 0, reader.byte() == nil { return nil }
         }
+        // The advertiser: known to the caller, or named by the frame.
+        let address = context.address ?? mac.flatMap { BluetoothAddress(bytes: Array($0.reversed())) }
+        let key = address.flatMap { context.keys[$0] }
+        guard control & Control.encrypted != 0 else {
+            guard let measurements = Self.objects(reader.remaining) else { return nil }
+            guard key == nil else { return SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .refusedCleartext) }
+            return SensorReading(format: .mibeacon, packetId: Int(counter), measurements: measurements)
+        }
+        guard control >> Control.versionShift >= Self.firstCCMVersion else {
+            return SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .unsupported)
+        }
+        let body = reader.remaining
+        guard body.count >= Self.objectHeaderLength + Self.randomNumberLength + Self.tagLength else { return nil }
+        guard let key, let address else {
+            return SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .missingKey)
+        }
+        let randomStart = body.count - Self.tagLength - Self.randomNumberLength
+        let random = Array(body[randomStart..<body.count - Self.tagLength])
+        let nonce = (mac ?? address.bytes.reversed()) + productId + [counter] + random
+        let sealed = Array(body[..<randomStart] + body.suffix(Self.tagLength))
+        guard let plaintext = AESCCM.open(sealed, key: key, nonce: nonce, associatedData: Self.associatedData,
+                                          tagLength: Self.tagLength)
+        else {
+            return SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .failed)
+        }
+        guard let measurements = Self.objects(plaintext) else { return nil }
+        var reading = SensorReading(format: .mibeacon, packetId: Int(counter), encryption: .decrypted, measurements: measurements)
+        var full = ByteReader([counter] + random)
+        reading.replayToken = full.unsigned(4, .littleEndian).map { ReplayToken(counter: UInt32($0), payload: payload) }
+        return reading
+    }
+
+    /// The known objects' measurements; nil when an object is cut short or of a wrong length, or
+    /// none is known.
+    private static func objects(_ bytes: [UInt8]) -> Measurements? {
+        var reader = ByteReader(bytes)
         var measurements = Measurements()
         while !reader.isAtEnd {
             guard let id = reader.unsigned(2, .littleEndian), let length = reader.byte(),
@@ -54,8 +107,7 @@ struct MiBeacon: PayloadDecoder {
                 measurements.add(field.name, Measurement(field.scale.value(raw), unit: field.unit))
             }
         }
-        guard !measurements.isEmpty else { return nil }
-        return SensorReading(format: .mibeacon, packetId: Int(counter), measurements: measurements)
+        return measurements.isEmpty ? nil : measurements
     }
 
     private struct Field {

@@ -1,7 +1,8 @@
 import BLE
 
-/// Refuses replayed encrypted readings: BTHome's counter must grow from one advertisement to the
-/// next (bthome.io/encryption leaves that check to receivers). Feed it each decoded reading of a
+/// Refuses replayed encrypted readings: BTHome's counter, and MiBeacon's frame counter with its
+/// random number, must grow from one advertisement to the next (bthome.io/encryption leaves that
+/// check to receivers; Xiaomi's gateways make it). Feed it each decoded reading of a
 /// device, in arrival order. The same advertisement heard again (same counter, same bytes) is
 /// passed: devices repeat each advertisement to make up for losses. An older counter, or the same
 /// counter with other bytes, becomes `Encryption.replayed` without measurements.

@@ -90,7 +90,7 @@ public enum Encryption: String, Sendable, Hashable, Encodable {
     case failed
     /// Verified, but its counter is older than one already accepted (`ReplayGuard`).
     case replayed
-    /// Encrypted in a way these decoders do not implement (MiBeacon's).
+    /// Encrypted in a way these decoders do not implement (MiBeacon v2/v3's, with a 12-byte key).
     case unsupported
 
     /// Whether the payload was encrypted on air.

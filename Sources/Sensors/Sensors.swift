@@ -18,8 +18,8 @@ public enum Sensors {
     ]
 
     /// The reading of the first decoder that recognises its payload in `advertisement`, or nil.
-    /// `address` is the advertiser's: BTHome's encryption nonce contains it, and MiBeacon frames
-    /// that carry another device's address are refused; nil when unknown.
+    /// `address` is the advertiser's: the BTHome and MiBeacon encryption nonces contain it, and
+    /// MiBeacon frames that carry another device's address are refused; nil when unknown.
     public static func decode(
         _ advertisement: AdvertisementData, address: BluetoothAddress?, keys: SensorKeys = SensorKeys()
     ) -> SensorReading? {

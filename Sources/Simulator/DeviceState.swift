@@ -82,9 +82,10 @@ struct DeviceState: Sendable {
         characteristics = table.characteristics.map { CharacteristicState(value: $0.configuration.value.bytes) }
         descriptors = table.descriptors.map { DescriptorState(value: $0.initialValue) }
         // The packet counter starts at the Unix time, so that it still grows after the simulator
-        // restarts: a gateway that ran on would refuse a smaller encrypted BTHome counter as a replay.
+        // restarts: a gateway that ran on would refuse a smaller encrypted BTHome or MiBeacon counter as a replay.
         sensor = config.sensor.map {
-            SensorState($0, address: config.address, climate: .random(counter: UInt32(truncatingIfNeeded: time(nil))))
+            SensorState($0, address: config.address, climate: .random(counter: UInt32(truncatingIfNeeded: time(nil))),
+                        advertisingIntervalMs: config.advertisingIntervalMs)
         }
     }
 

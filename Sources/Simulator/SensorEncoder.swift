@@ -4,7 +4,9 @@ import BLE
 /// The advertisement payload of a measurement, in each format as its specification lays it out
 /// (the same documents the gateway's decoders follow; see `Sensors`).
 enum SensorEncoder {
-    static func payload(_ sensor: SimulatorConfiguration.Sensor, address: BluetoothAddress, climate: Climate) -> [UInt8] {
+    /// `advertisingIntervalMs` is the device's: Eddystone-TLM counts the advertisements sent.
+    static func payload(_ sensor: SimulatorConfiguration.Sensor, address: BluetoothAddress, climate: Climate,
+                        advertisingIntervalMs: Int) -> [UInt8] {
         switch sensor.format {
         case .bthome:
             let objects = bthomeObjects(climate)
@@ -12,8 +14,13 @@ enum SensorEncoder {
             return bthomeSealed(objects, address: address, key: key, counter: climate.counter)
         case .atc1441: return atc1441(climate, address: address)
         case .pvvx: return pvvx(climate, address: address)
-        case .mibeacon: return mibeacon(climate, address: address)
+        case .mibeacon:
+            guard let key = sensor.bindKey?.bytes else { return mibeacon(climate, address: address) }
+            return mibeaconSealed(climate, address: address, key: key)
         case .ruuviRAWv2: return ruuviRAWv2(climate, address: address)
+        case .eddystoneTLM:
+            return eddystoneTLM(climate, uptimeMs: Int(climate.measurements) * sensor.intervalMs,
+                                advertisingIntervalMs: advertisingIntervalMs)
         }
     }
 
@@ -69,6 +76,29 @@ enum SensorEncoder {
             + address.bytes.reversed()
             + littleEndian(0x100D, 2) + [4] + littleEndian(climate.centidegrees / 10, 2) + littleEndian(climate.humidity / 10, 2)
             + littleEndian(0x100A, 2) + [1, UInt8(climate.battery)]
+    }
+
+    /// An encrypted MiBeacon v5 frame as a LYWSD03MMC with Xiaomi's firmware sends it, without its
+    /// MAC: frame control 0x5948 (version 5, standard authentication, registered, object included,
+    /// encrypted), product id 0x055B, frame counter (the low byte of the 32-bit counter), the
+    /// AES-CCM ciphertext of object 0x100D (temperature and humidity in 0.1 units), the counter's
+    /// top 3 bytes and a 4-byte tag; nonce MAC (least significant byte first) ‖ product id ‖
+    /// counter, associated data 0x11. One object, as version 5 allows per frame.
+    static func mibeaconSealed(_ climate: Climate, address: BluetoothAddress, key: [UInt8]) -> [UInt8] {
+        let counter = littleEndian(Int(climate.counter), 4)
+        let header = littleEndian(0x5948, 2) + littleEndian(0x055B, 2) + [counter[0]]
+        let objects = littleEndian(0x100D, 2) + [4] + littleEndian(climate.centidegrees / 10, 2) + littleEndian(climate.humidity / 10, 2)
+        let nonce: [UInt8] = address.bytes.reversed() + header.suffix(3) + counter.suffix(3)
+        // A 16-byte key and a 12-byte nonce: seal cannot refuse them.
+        let sealed = AESCCM.seal(objects, key: key, nonce: nonce, associatedData: [0x11], tagLength: 4)!
+        return header + sealed.dropLast(4) + counter.suffix(3) + sealed.suffix(4)
+    }
+
+    /// An unencrypted Eddystone-TLM frame (version 0), big-endian: battery mV, temperature in
+    /// signed 8.8 fixed point, advertisements sent and time since power-on in 0.1 s.
+    static func eddystoneTLM(_ climate: Climate, uptimeMs: Int, advertisingIntervalMs: Int) -> [UInt8] {
+        [0x20, 0x00] + bigEndian(climate.millivolts, 2) + bigEndian(climate.centidegrees * 256 / 100, 2)
+            + bigEndian(uptimeMs / advertisingIntervalMs + 1, 4) + bigEndian(uptimeMs / 100, 4)
     }
 
     /// RuuviTag data format 5, big-endian: temperature 0.005 °C, humidity 0.0025 %, pressure

@@ -20,6 +20,8 @@ struct Climate: Sendable, Equatable {
     var acceleration: [Int]
     /// Goes up by one per measurement; each format keeps as many low bits as its counter has.
     var counter: UInt32
+    /// Measurements since the sensor started (its uptime, for Eddystone-TLM).
+    var measurements: UInt32 = 0
 
     /// A coin cell's voltage at this charge, in mV (2.2 V empty, 3.0 V full).
     var millivolts: Int { 2200 + 8 * battery }
@@ -36,6 +38,7 @@ struct Climate: Sendable, Equatable {
     /// measurements and is replaced when it gets low.
     mutating func advance() {
         counter &+= 1
+        measurements &+= 1
         centidegrees = Self.drift(centidegrees, by: 10...30, in: Self.temperatureRange)
         humidity = Self.drift(humidity, by: 20...150, in: Self.humidityRange)
         pressure = Self.drift(pressure, by: 1...25, in: Self.pressureRange)
@@ -56,20 +59,28 @@ struct Climate: Sendable, Equatable {
 struct SensorState: Sendable {
     let configuration: SimulatorConfiguration.Sensor
     let address: BluetoothAddress
+    let advertisingIntervalMs: Int
     private(set) var climate: Climate
     private(set) var payload: [UInt8]
 
     var slot: SimulatorConfiguration.AdvertisingSlot { configuration.format.slot }
 
-    init(_ configuration: SimulatorConfiguration.Sensor, address: BluetoothAddress, climate: Climate) {
+    init(_ configuration: SimulatorConfiguration.Sensor, address: BluetoothAddress, climate: Climate,
+         advertisingIntervalMs: Int = 1000) {
         self.configuration = configuration
         self.address = address
+        self.advertisingIntervalMs = advertisingIntervalMs
         self.climate = climate
-        payload = SensorEncoder.payload(configuration, address: address, climate: climate)
+        payload = Self.encode(configuration, address: address, climate: climate, advertisingIntervalMs: advertisingIntervalMs)
     }
 
     mutating func measure() {
         climate.advance()
-        payload = SensorEncoder.payload(configuration, address: address, climate: climate)
+        payload = Self.encode(configuration, address: address, climate: climate, advertisingIntervalMs: advertisingIntervalMs)
+    }
+
+    private static func encode(_ configuration: SimulatorConfiguration.Sensor, address: BluetoothAddress, climate: Climate,
+                               advertisingIntervalMs: Int) -> [UInt8] {
+        SensorEncoder.payload(configuration, address: address, climate: climate, advertisingIntervalMs: advertisingIntervalMs)
     }
 }

@@ -12,8 +12,8 @@ extension SimulatorConfiguration {
     ///   ATT 0x0e and drops the link).
     /// - F0:00:00:00:00:04 (no name): a non-connectable iBeacon.
     /// - F0:00:00:00:00:05 "Sim Eddystone": a non-connectable Eddystone-URL beacon.
-    /// - F0:00:00:00:00:06...0B: sensors, one per format, each measuring anew every 2 to 3 s
-    ///   (`sensors`).
+    /// - F0:00:00:00:00:06...0D: sensors, one per format (BTHome and MiBeacon also encrypted),
+    ///   each measuring anew every 2 to 3 s (`sensors`).
     public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors)
 
     private static func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text)! }
@@ -113,6 +113,10 @@ extension SimulatorConfiguration {
     /// - F0:00:00:00:00:0A "Sim MiBeacon": a Xiaomi MJ_HT_V1 thermometer, unencrypted, every 3 s; connectable.
     /// - F0:00:00:00:00:0B "Sim Ruuvi": a RuuviTag, data format 5, every 2 s; non-connectable,
     ///   with a random static address (as the stock firmware advertises).
+    /// - F0:00:00:00:00:0C "Sim MiBeacon Enc": a LYWSD03MMC with Xiaomi's firmware, MiBeacon v5
+    ///   encrypted with `Sensor.demoBindKey`, temperature and humidity every 3 s; connectable.
+    /// - F0:00:00:00:00:0D "Sim TLM": an Eddystone beacon's telemetry (TLM), every 2 s: battery
+    ///   voltage, temperature, advertisements sent, uptime; non-connectable.
     static let sensors = [
         sensor("06", "Sim BTHome", Sensor(format: .bthome, intervalMs: 2000), rssi: -64, connectable: false),
         sensor("07", "Sim BTHome Enc", Sensor(format: .bthome, intervalMs: 3000, bindKey: Sensor.demoBindKey), rssi: -68,
@@ -122,6 +126,9 @@ extension SimulatorConfiguration {
         sensor("0A", "Sim MiBeacon", Sensor(format: .mibeacon, intervalMs: 3000), rssi: -77, model: "MJ_HT_V1"),
         sensor("0B", "Sim Ruuvi", Sensor(format: .ruuviRAWv2, intervalMs: 2000), rssi: -73, addressType: "random",
                connectable: false),
+        sensor("0C", "Sim MiBeacon Enc", Sensor(format: .mibeacon, intervalMs: 3000, bindKey: Sensor.demoBindKey), rssi: -69,
+               model: "LYWSD03MMC"),
+        sensor("0D", "Sim TLM", Sensor(format: .eddystoneTLM, intervalMs: 2000), rssi: -75, connectable: false),
     ]
 
     /// A sensor at F0:00:00:00:00:`last`; a connectable one has a GATT server with its model name.

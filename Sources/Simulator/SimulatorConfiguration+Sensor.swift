@@ -4,7 +4,8 @@ extension SimulatorConfiguration {
     /// A device that advertises sensor readings: every `intervalMs` it measures again (values
     /// drift a little, its packet counter goes up) and its advertisements carry the new payload.
     ///
-    /// JSON (`format` required; `bindKey` only for bthome, and then every payload is encrypted):
+    /// JSON (`format` required; `bindKey` only for bthome and mibeacon, and then every payload is
+    /// encrypted):
     /// ```
     /// "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "67617474776179206465…" }
     /// ```
@@ -18,10 +19,17 @@ extension SimulatorConfiguration {
             case atc1441
             /// pvvx's custom thermometer firmware (0x181A, 15 bytes).
             case pvvx
-            /// Xiaomi MiBeacon, unencrypted (0xFE95): temperature and humidity, battery.
+            /// Xiaomi MiBeacon (0xFE95): version 2 in the clear, temperature and humidity, battery;
+            /// or, with a bind key, version 5 encrypted, temperature and humidity.
             case mibeacon
             /// RuuviTag data format 5 (manufacturer data 0x0499).
             case ruuviRAWv2 = "ruuvi-rawv2"
+            /// Eddystone-TLM, unencrypted (0xFEAA): battery voltage, temperature, advertisements
+            /// sent and time since power-on.
+            case eddystoneTLM = "eddystone-tlm"
+
+            /// Whether payloads can be encrypted with a `bindKey`.
+            var encrypts: Bool { self == .bthome || self == .mibeacon }
 
             /// Where in the advertisement the format's payload goes.
             var slot: AdvertisingSlot {
@@ -30,17 +38,18 @@ extension SimulatorConfiguration {
                 case .atc1441, .pvvx: .serviceData(BluetoothUUID(uint16: 0x181A))
                 case .mibeacon: .serviceData(BluetoothUUID(uint16: 0xFE95))
                 case .ruuviRAWv2: .manufacturerData(0x0499)
+                case .eddystoneTLM: .serviceData(BluetoothUUID(uint16: 0xFEAA))
                 }
             }
         }
 
-        /// The bind key of the built-in encrypted BTHome device: "gattway demo key" in ASCII.
+        /// The bind key of the built-in encrypted devices (BTHome and MiBeacon): "gattway demo key" in ASCII.
         public static let demoBindKey: HexBytes = HexBytes(Array("gattway demo key".utf8))
 
         public var format: Format
         /// How often the sensor measures; its advertisements repeat the latest payload in between.
         public var intervalMs: Int
-        /// BTHome's AES-CCM key (16 bytes): payloads are encrypted with it.
+        /// The AES-CCM bind key (16 bytes) of a BTHome or MiBeacon sensor: payloads are encrypted with it.
         public var bindKey: HexBytes?
 
         public init(format: Format, intervalMs: Int = 2000, bindKey: HexBytes? = nil) {
@@ -63,8 +72,9 @@ extension SimulatorConfiguration {
             intervalMs = try c.decodeInt(.intervalMs, default: 2000, in: 100...3_600_000)!
             bindKey = try c.decodeIfPresent(HexBytes.self, forKey: .bindKey)
             if let bindKey {
-                guard format == .bthome else {
-                    throw DecodingError.dataCorruptedError(forKey: .bindKey, in: c, debugDescription: "only bthome payloads are encrypted")
+                guard format.encrypts else {
+                    throw DecodingError.dataCorruptedError(forKey: .bindKey, in: c,
+                                                           debugDescription: "only bthome and mibeacon payloads are encrypted")
                 }
                 guard bindKey.bytes.count == 16 else {
                     throw DecodingError.dataCorruptedError(forKey: .bindKey, in: c,

@@ -45,6 +45,10 @@ let usage = """
       F0:00:00:00:00:0A "Sim MiBeacon"    Xiaomi MiBeacon (FE95), unencrypted, every 3 s
       F0:00:00:00:00:0B "Sim Ruuvi"       RuuviTag RAWv2 (0x0499), also pressure, acceleration;
                                           every 2 s; non-connectable, random address
+      F0:00:00:00:00:0C "Sim MiBeacon Enc" Xiaomi MiBeacon v5 (FE95), encrypted with the demo
+                                          bind key, temperature and humidity, every 3 s
+      F0:00:00:00:00:0D "Sim TLM"         Eddystone-TLM (FEAA): battery voltage, temperature,
+                                          advertisements sent, uptime; every 2 s; non-connectable
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
       { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
@@ -69,10 +73,11 @@ let usage = """
     notifyIntervalMs from 1 (benchmarks) to 3600000.
       A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
       sensor: advertises readings that change: format bthome | atc1441 | pvvx | mibeacon |
-        ruuvi-rawv2 (its service data or manufacturer data entry, which the device's own
-        "serviceData"/"manufacturerData" must then not have); a new measurement every
-        intervalMs (100 to 3600000, default 2000), sent with the next advertisements;
-        bindKey (bthome only, 16 bytes): every payload AES-CCM encrypted with it.
+        ruuvi-rawv2 | eddystone-tlm (its service data or manufacturer data entry, which the
+        device's own "serviceData"/"manufacturerData" must then not have); a new measurement
+        every intervalMs (100 to 3600000, default 2000), sent with the next advertisements;
+        bindKey (bthome and mibeacon, 16 bytes): every payload AES-CCM encrypted with it
+        (a mibeacon then as MiBeacon v5 without its MAC).
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
       { "connectError": { "name": "org.bluez.Error.Failed",

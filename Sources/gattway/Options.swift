@@ -143,11 +143,12 @@ struct Options {
                            in force); may be given more than once. Refused: 403 uuidNotAllowed
       --no-default-blocklist
                            leave out the default list: only the --blocklist files count
-      --sensor-keys FILE   bind keys of sensors that encrypt their advertisements (BTHome v2):
-                           a device a line, its address and its 16-byte AES key in hex,
-                           "54:48:E6:8F:80:A5 231d39c1d7cc1ab1aee224cd096db932"; # comments.
-                           Without its key an encrypted reading shows "missing-key" and no
-                           values (GET /v1/sensors). Read once at start
+      --sensor-keys FILE   bind keys of sensors that encrypt their advertisements (BTHome v2,
+                           Xiaomi MiBeacon v4/v5): a device a line, its address and its 16-byte
+                           AES key in hex, "54:48:E6:8F:80:A5 231d39c1d7cc1ab1aee224cd096db932";
+                           # comments. Without its key an encrypted reading shows "missing-key"
+                           and no values (GET /v1/sensors). Read again on SIGHUP (a file that
+                           cannot be used keeps the keys in force)
       --tls-cert FILE      serve HTTPS only (WebSocket: wss), with this PEM certificate
                            (chain, leaf first) and the PEM private key of --tls-key (not
                            encrypted); both or neither. Read once at start

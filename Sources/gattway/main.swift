@@ -103,25 +103,55 @@ func readFile(_ path: String) -> String? {
     return ferror(file) == 0 ? String(decoding: bytes, as: UTF8.self) : nil
 }
 
-/// On SIGHUP, the token file is read again; a file that cannot be used leaves the tokens as they were.
-func reloadTokensOnHangUp(_ options: Options, _ access: AccessControl) -> DispatchSourceSignal {
-    signal(SIGHUP, SIG_IGN)
-    let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
-    source.setEventHandler {
-        do {
-            let set = try loadTokens(options)
-            if set.isEmpty && access.requiresTokens {
-                log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)")
-                return
-            }
-            access.replaceTokens(set)
-            log("tokens: SIGHUP: \(set.count) token(s) in force, \(set.readOnlyCount) read-only")
-        } catch {
-            log("tokens: SIGHUP: \(error); keeping the tokens in force")
-        }
+/// On SIGHUP, the token and sensor key files are read again; a file that cannot be used leaves
+/// what it gave as it was (and the log says why). The handler is set before anything is served;
+/// `reload` is called once the gateway exists (a SIGHUP before then reloads the tokens only).
+final class HangUp {
+    private final class Slot: Sendable {
+        let gateway = Mutex<Gateway?>(nil)
     }
-    source.resume()
-    return source
+    private let slot = Slot()
+    private let source: DispatchSourceSignal
+
+    init(_ options: Options, _ access: AccessControl) {
+        signal(SIGHUP, SIG_IGN)
+        source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        let slot = self.slot
+        source.setEventHandler {
+            reloadTokens(options, access)
+            if options.sensorKeysFile != nil, let gateway = slot.gateway.withLock({ $0 }) { reloadSensorKeys(options, gateway) }
+        }
+        source.resume()
+    }
+
+    /// From now on SIGHUP also gives `gateway` the keys of the sensor keys file.
+    func reload(sensorKeysOf gateway: Gateway) { slot.gateway.withLock { $0 = gateway } }
+
+    func cancel() { source.cancel() }
+}
+
+func reloadTokens(_ options: Options, _ access: AccessControl) {
+    do {
+        let set = try loadTokens(options)
+        if set.isEmpty && access.requiresTokens {
+            log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)")
+            return
+        }
+        access.replaceTokens(set)
+        log("tokens: SIGHUP: \(set.count) token(s) in force, \(set.readOnlyCount) read-only")
+    } catch {
+        log("tokens: SIGHUP: \(error); keeping the tokens in force")
+    }
+}
+
+func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
+    do {
+        let keys = try options.sensorKeys()
+        gateway.replaceSensorKeys(keys)
+        log("sensors: SIGHUP: \(keys.count) bind key(s) from \(options.sensorKeysFile ?? "")")
+    } catch {
+        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force")
+    }
 }
 
 func run(_ options: Options) async -> Int32 {
@@ -143,7 +173,7 @@ func run(_ options: Options) async -> Int32 {
         writeError("gattway: \(error)\n")
         return 2
     }
-    let hangUp = reloadTokensOnHangUp(options, access)
+    let hangUp = HangUp(options, access)
     defer { hangUp.cancel() }
     let blocklist: Blocklist
     do {
@@ -152,20 +182,14 @@ func run(_ options: Options) async -> Int32 {
         writeError("gattway: \(error.message)\n")
         return 2
     }
-    var sensorKeys = SensorKeys()
-    if let file = options.sensorKeysFile {
-        guard let text = readFile(file) else {
-            writeError("gattway: \(file): cannot read it (\(String(cString: strerror(errno))))\n")
-            return 2
-        }
-        do {
-            sensorKeys = try SensorKeys(parsing: text, source: file)
-        } catch {
-            writeError("gattway: \(error)\n")  // FILE:LINE: what is wrong
-            return 2
-        }
-        log("sensors: \(sensorKeys.count) bind key(s) from \(file)")
+    let sensorKeys: SensorKeys
+    do {
+        sensorKeys = try options.sensorKeys()
+    } catch {
+        writeError("gattway: \(error.message)\n")  // FILE:LINE: what is wrong
+        return 2
     }
+    if let file = options.sensorKeysFile { log("sensors: \(sensorKeys.count) bind key(s) from \(file)") }
     var tls: TLSCredentials?
     if let certificate = options.tlsCertificate, let key = options.tlsKey {
         do {
@@ -229,6 +253,7 @@ func run(_ options: Options) async -> Int32 {
                           access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
                           blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
                           sensorKeys: sensorKeys, log: log)
+    hangUp.reload(sensorKeysOf: gateway)
     let serve = gateway.handler()
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")

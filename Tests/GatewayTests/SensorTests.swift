@@ -119,6 +119,25 @@ private extension Data {
         #expect(published.updates.withLock { $0.count } == 3)
     }
 
+    /// New keys (SIGHUP) apply to an advertisement already heard: the next time it is heard or
+    /// listed it is decoded again, and the change is published.
+    @Test func replacedKeysDecodeWhatWasHeard() throws {
+        let published = Published()
+        let board = SensorBoard(keys: SensorKeys()) { update in published.updates.withLock { $0.append(update) } }
+        // bthome.io/encryption's example device, key and service data.
+        let device = BluetoothAddress("54:48:E6:8F:80:A5")!
+        let info = bthome(device, "41 e445f3c9962b 33221100 6c7c4519", lastSeen: Date())
+        #expect(board.hear(info)?.reading.encryption == .missingKey)
+        #expect(board.hear(info)?.reading.encryption == .missingKey)
+        board.replaceKeys(SensorKeys([device: try ValueFormat.hex.decode("231d39c1d7cc1ab1aee224cd096db932")]))
+        #expect(board.keyCount == 1)
+        #expect(board.hear(info)?.reading.encryption == .decrypted)
+        #expect(published.updates.withLock { $0.map(\.reading.encryption) } == [.missingKey, .decrypted])
+        #expect(published.updates.withLock { $0.last?.changed } == true)
+        board.replaceKeys(SensorKeys())
+        #expect(board.hear(info)?.reading.encryption == .missingKey)
+    }
+
     @Test func theBoardIsBounded() {
         let board = SensorBoard(keys: SensorKeys()) { _ in }
         let start = Date()

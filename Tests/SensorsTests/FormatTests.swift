@@ -172,11 +172,11 @@ let rawPayloads: [(String, AdvertisementData, BluetoothAddress?)] = [
         #expect(Sensors.decode(advertisement, address: address) == nil, "\(name)")
     }
 
-    /// ble_monitor's encrypted MiBeacon example: recognised, reported encrypted, never decoded.
+    /// ble_monitor's encrypted MiBeacon example (a v5 frame) without its key: recognised, reported encrypted, not decoded.
     @Test func encryptedMiBeacon() throws {
         let advertisement = serviceData(0xFE95, "5859 8d0a 17 0fc4e044ef54 7cc27a5c03a1 000000 790df258")
         let reading = try #require(Sensors.decode(advertisement, address: address("54:EF:44:E0:C4:0F")))
-        #expect(reading == SensorReading(format: .mibeacon, packetId: 0x17, encryption: .unsupported))
+        #expect(reading == SensorReading(format: .mibeacon, packetId: 0x17, encryption: .missingKey))
     }
 
     /// Every strict prefix of every example stays raw (each MiBeacon example has one object), unless

@@ -10,7 +10,7 @@ struct ConfigurationTests {
         #expect(SimulatorConfiguration.builtIn.devices.map(\.address.description) == [
             "F0:00:00:00:00:01", "F0:00:00:00:00:02", "F0:00:00:00:00:03", "F0:00:00:00:00:04", "F0:00:00:00:00:05",
             "F0:00:00:00:00:06", "F0:00:00:00:00:07", "F0:00:00:00:00:08", "F0:00:00:00:00:09", "F0:00:00:00:00:0A",
-            "F0:00:00:00:00:0B",
+            "F0:00:00:00:00:0B", "F0:00:00:00:00:0C", "F0:00:00:00:00:0D",
         ])
         let json = try JSONEncoder().encode(SimulatorConfiguration.builtIn)
         #expect(try SimulatorConfiguration.decode(json) == .builtIn)

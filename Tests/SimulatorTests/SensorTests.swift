@@ -20,7 +20,7 @@ import Testing
     ]
 
     /// What each format must decode to from `climate`: the values at the format's resolution.
-    static let expectations: [(Sensor, [String: SensorValue], packetId: Int)] = [
+    static let expectations: [(Sensor, [String: SensorValue], packetId: Int?)] = [
         (Sensor(format: .bthome), bthome, 0x45),
         (Sensor(format: .bthome, bindKey: Sensor.demoBindKey), bthome, 0x45),
         (Sensor(format: .atc1441), [
@@ -34,6 +34,11 @@ import Testing
         (Sensor(format: .mibeacon), [
             "temperature": number(215, 10), "humidity": number(478, 10), "battery": .integer(87),
         ], 0x45),
+        (Sensor(format: .mibeacon, bindKey: Sensor.demoBindKey), ["temperature": number(215, 10), "humidity": number(478, 10)], 0x45),
+        // 21.56 °C in 8.8 fixed point is 5519/256; no measurement yet: up 0 s, the first advertisement.
+        (Sensor(format: .eddystoneTLM), [
+            "voltage": .integer(2896), "temperature": number(5519, 256), "advertisement_count": .integer(1), "uptime": .number(0),
+        ], nil),
         (Sensor(format: .ruuviRAWv2), [
             "temperature": number(2156, 100), "humidity": number(4789, 100), "pressure": .integer(101_325),
             "acceleration_x": number(-12, 1000), "acceleration_y": number(25, 1000), "acceleration_z": number(1003, 1000),
@@ -54,7 +59,7 @@ import Testing
     }
 
     @Test(arguments: expectations)
-    func theDecoderReadsWhatWasEncoded(sensor: Sensor, values: [String: SensorValue], packetId: Int) throws {
+    func theDecoderReadsWhatWasEncoded(sensor: Sensor, values: [String: SensorValue], packetId: Int?) throws {
         let reading = try #require(Self.decode(SensorState(sensor, address: Self.address, climate: Self.climate)))
         #expect(reading.format.rawValue == sensor.format.rawValue)
         #expect(reading.encryption == (sensor.bindKey == nil ? .none : .decrypted))
@@ -63,8 +68,9 @@ import Testing
         #expect(Dictionary(uniqueKeysWithValues: reading.measurements.map { ($0.key, $0.value.value) }) == values)
     }
 
-    @Test func anEncryptedPayloadNeedsTheKey() throws {
-        let state = SensorState(Sensor(format: .bthome, bindKey: Sensor.demoBindKey), address: Self.address, climate: Self.climate)
+    @Test(arguments: [Sensor.Format.bthome, .mibeacon])
+    func anEncryptedPayloadNeedsTheKey(format: Sensor.Format) throws {
+        let state = SensorState(Sensor(format: format, bindKey: Sensor.demoBindKey), address: Self.address, climate: Self.climate)
         #expect(Self.decode(state, keys: SensorKeys())?.encryption == .missingKey)
         let other = SensorKeys([Self.address: Array(repeating: 0x11, count: 16)])
         #expect(Self.decode(state, keys: other)?.encryption == .failed)
@@ -97,8 +103,15 @@ import Testing
             let reading = guardian.admit(decoded, from: Self.address)
             #expect(reading.encryption == previous.encryption)
             #expect(reading.measurements["temperature"] != previous.measurements["temperature"])
-            let modulus = sensor.format == .ruuviRAWv2 ? 0xFFFF : 0x100
-            #expect(reading.packetId == (try #require(previous.packetId) + 1) % modulus)
+            if sensor.format == .eddystoneTLM {
+                // No packet id: the uptime tells one frame from the next.
+                let uptime = try #require(reading.measurements["uptime"]?.value)
+                #expect(uptime == .number(Double(state.climate.measurements) * Double(sensor.intervalMs) / 1000))
+                #expect(reading.measurements["advertisement_count"] != previous.measurements["advertisement_count"])
+            } else {
+                let modulus = sensor.format == .ruuviRAWv2 ? 0xFFFF : 0x100
+                #expect(reading.packetId == (try #require(previous.packetId) + 1) % modulus)
+            }
             previous = reading
         }
     }
@@ -107,7 +120,7 @@ import Testing
         let devices = SimulatorConfiguration.builtIn.devices.filter { $0.sensor != nil }
         #expect(Set(devices.map { $0.sensor!.format }) == Set(Sensor.Format.allCases))
         let keys = SensorKeys(Dictionary(uniqueKeysWithValues: devices.compactMap { d in d.sensor!.bindKey.map { (d.address, $0.bytes) } }))
-        #expect(keys.count == 1)
+        #expect(keys.count == 2)
         for device in devices {
             let state = DeviceState(config: device, adapterPath: ObjectPath("/org/bluez/hci0")!)
             let sensor = try #require(state.sensor)
@@ -136,7 +149,7 @@ import Testing
         (#"{"format": "bthome2"}"#, #"devices[0].sensor.format: unknown format "bthome2" (known: bthome, atc1441"#),
         (#"{"intervalMs": 100}"#, "devices[0].sensor.format: required key is missing"),
         (#"{"format": "pvvx", "intervalMs": 10}"#, "devices[0].sensor.intervalMs: 10 is out of range 100...3600000"),
-        (#"{"format": "atc1441", "bindKey": "00112233445566778899aabbccddeeff"}"#, "devices[0].sensor.bindKey: only bthome"),
+        (#"{"format": "atc1441", "bindKey": "00112233445566778899aabbccddeeff"}"#, "devices[0].sensor.bindKey: only bthome and mibeacon"),
         (#"{"format": "bthome", "bindKey": "0011"}"#, "devices[0].sensor.bindKey: an AES-128 key is 16 bytes"),
     ])
     func errors(sensor: String, expected: String) {

@@ -15,6 +15,8 @@ SENSORS = {
     "F0:00:00:00:00:09": ("serviceData", "0000181a-0000-1000-8000-00805f9b34fb"),  # PVVX
     "F0:00:00:00:00:0A": ("serviceData", "0000fe95-0000-1000-8000-00805f9b34fb"),  # MiBeacon
     "F0:00:00:00:00:0B": ("manufacturerData", "1177"),                            # Ruuvi (0x0499)
+    "F0:00:00:00:00:0C": ("serviceData", "0000fe95-0000-1000-8000-00805f9b34fb"),  # MiBeacon, encrypted
+    "F0:00:00:00:00:0D": ("serviceData", "0000feaa-0000-1000-8000-00805f9b34fb"),  # Eddystone-TLM
 }
 HR_SERVICE = "0000180d-0000-1000-8000-00805f9b34fb"
 

@@ -12,7 +12,8 @@ from test_streams import sse_events
 
 # The simulator's built-in sensors and what each decodes as.
 SENSORS = {"F0:00:00:00:00:06": "bthome", "F0:00:00:00:00:07": "bthome", "F0:00:00:00:00:08": "atc1441",
-           "F0:00:00:00:00:09": "pvvx", "F0:00:00:00:00:0A": "mibeacon", "F0:00:00:00:00:0B": "ruuvi-rawv2"}
+           "F0:00:00:00:00:09": "pvvx", "F0:00:00:00:00:0A": "mibeacon", "F0:00:00:00:00:0B": "ruuvi-rawv2",
+           "F0:00:00:00:00:0C": "mibeacon", "F0:00:00:00:00:0D": "eddystone-tlm"}
 BEACONS = {"F0:00:00:00:00:04": "ibeacon", "F0:00:00:00:00:05": "eddystone-url"}
 HEART_RATE = "F0:00:00:00:00:01"
 
