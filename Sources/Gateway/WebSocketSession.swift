@@ -98,7 +98,11 @@ final class WebSocketSession: Sendable {
         case "read":
             let (device, ref) = try target(command)
             let format = try Gateway.format(command.format)
-            let read = try await gateway.readNow(device, .characteristic(ref), offset: command.offset ?? 0)
+            // A use of the device, as a REST read is: one gattway connected for `connect=auto`
+            // is not idle meanwhile.
+            let read = try await gateway.autoConnections.using(device) {
+                try await gateway.readNow(device, .characteristic(ref), offset: command.offset ?? 0)
+            }
             return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(read.handle),
                          value: format.encode(read.value), format: format.rawValue, length: read.value.count)
         case "write":
@@ -108,8 +112,10 @@ final class WebSocketSession: Sendable {
             let (device, ref) = try target(command)
             guard let text = command.value else { throw BLEError(.invalidParameters, "write needs a value") }
             let value = try Gateway.format(command.format).decode(text)
-            let outcome = try await gateway.central.writeValue(device, ref, value, type: command.withResponse == false ? .withoutResponse : .withResponse,
-                                                               fragment: true)
+            let outcome = try await gateway.autoConnections.using(device) {
+                try await gateway.central.writeValue(device, ref, value, type: command.withResponse == false ? .withoutResponse : .withResponse,
+                                                     fragment: true)
+            }
             return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(outcome.handle),
                          written: outcome.written)
         default:

@@ -97,3 +97,24 @@ def test_polling_errors(poller):
         assert (status, body["error"]["name"]) == (400, "invalidParameters"), query
     status, body, _ = poller.get("/v1/devices/AA:00:00:00:00:09/characteristics/2a19/value?maxAge=60&connect=auto")
     assert (status, body["error"]["name"]) == (404, "unknownDevice")
+
+
+def test_websocket_reads_keep_a_connect_auto_link_in_use(poller):
+    """A read over the WebSocket is a use of the device, as a REST read is: reads every 0.3 s
+    for three idle periods keep the link gattway made; once they stop it is let go."""
+    import json
+    import time
+    from websockets.sync.client import connect as ws_connect
+
+    get_value(poller, BATTERY + "?maxAge=0&connect=auto")
+    with ws_connect(poller.base.replace("http://", "ws://") + "/v1/ws", open_timeout=10) as ws:
+        end = time.monotonic() + 3
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+            ws.send(json.dumps({"op": "read", "id": str(n), "device": HR, "characteristic": "2a19"}))
+            reply = json.loads(ws.recv(timeout=10))
+            assert reply["op"] == "result" and reply["id"] == str(n), reply
+            assert state(poller, HR) == "connected", f"disconnected after {n} reads"
+            time.sleep(0.3)  # the poller's cadence, not a wait for anything
+    assert wait_for(lambda: state(poller, HR) == "disconnected", 10)
