@@ -1,7 +1,8 @@
 """The dashboard (GET /) in a real headless chromium (Debian's, driven by Playwright) against
 `gattway --simulate`: scan, connect, the GATT tree with SIG names, a read, a live plot of the
 heart rate, a write echoed by the serial device, a refused operation with its CBError, and token
-entry. Screenshots go to .build/dashboard/. Also the page's HTTP answers: negotiated with the
+entry. Screenshots go to .build/dashboard/; readme.png, through `pngquant --quality 60-85`, is
+the README's picture (Tests/e2e/dashboard.png). Also the page's HTTP answers: negotiated with the
 JSON index, ETag and 304, the CSP, open without a token."""
 import os
 import re
@@ -20,6 +21,8 @@ TOKEN = "dashboard-token-0123456789"
 SHOTS = os.path.join(ROOT, ".build", "dashboard")
 CHROMIUM = "/usr/bin/chromium"
 WAIT_MS = 15_000
+# Every expectation waits up to this long (the machine may be loaded), not Playwright's 5 s.
+playwright.expect.set_options(timeout=WAIT_MS)
 
 
 def fetch(gw, path, headers=None):
@@ -77,6 +80,7 @@ class Dashboard:
 
 def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
     gw = Gateway(["--simulate"])
+    dash = None
     try:
         dash = Dashboard(browser, gw, viewport={"width": 1200, "height": 820})
         page, expect = dash.page, playwright.expect
@@ -150,6 +154,9 @@ def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
         dash.shot("serial.png")
         assert dash.problems == [], dash.problems
     finally:
+        # What the page showed last, also when an expectation failed.
+        if dash:
+            dash.shot("last.png")
         gw.stop()
 
 
