@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
-// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors); BlueZ → (DBus, BLE);
+// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
 // Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
 import PackageDescription
 
@@ -30,7 +30,12 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
         .target(name: "Access", dependencies: ["HTTPServer"]),
-        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading"]),
+        // The browser dashboard's static files, embedded in the binary; served by Gateway.
+        .target(name: "Dashboard", exclude: ["make-names.py"], resources: [
+            .embedInCode("Resources/index.html"), .embedInCode("Resources/app.js"), .embedInCode("Resources/style.css"),
+            .embedInCode("Resources/names.json"), .embedInCode("Resources/icon.svg"),
+        ]),
+        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
@@ -45,7 +50,7 @@ let package = Package(
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading", "Dashboard"]),
     ],
     swiftLanguageModes: [.v6]
 )

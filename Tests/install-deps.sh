@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# The Debian 12 packages gattway needs to build, run and be tested.
+# The Debian 12 packages gattway needs: to build and run it with `--build-only` (the README's
+# first command), and to test it too without. Works as root (containers, CI) and as a user with
+# sudo; `apt-get update` first, since a fresh machine or image has no package lists.
 set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
+# build: libmicrohttpd, libdbus, nettle (BTHome's AES-CCM), pkg-config; run: dbus-daemon (for --simulate).
+packages=(libmicrohttpd-dev libdbus-1-dev nettle-dev pkg-config dbus)
+case "${1:-}" in
+    --build-only) ;;
+    "")
+        # test: python3-venv (pytest, bleak, playwright), bluez (bleak asks `bluetoothctl
+        # --version`), curl and jq (the README's polling examples), chromium (the browser
+        # tests), openssl (the TLS tests make their certificates).
+        packages+=(python3-venv bluez curl jq chromium openssl) ;;
+    *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
+esac
+echo "installing ${packages[*]} (apt-get${SUDO:+, with sudo})"
 $SUDO apt-get update -qq
-# build: libmicrohttpd, libdbus; run: dbus-daemon (for --simulate); test: python3-venv (pytest,
-# bleak), bluez (bleak asks `bluetoothctl --version`), curl and jq (the README's polling examples), chromium (the browser test), openssl
-# (the TLS tests make their certificates).
-$SUDO apt-get install -y -qq --no-install-recommends \
-    libmicrohttpd-dev libdbus-1-dev nettle-dev pkg-config dbus python3-venv bluez curl jq chromium openssl >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null

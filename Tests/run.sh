@@ -3,13 +3,15 @@
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
-#      `websockets` library and a headless chromium), over HTTP as a client would (pytest), each
+#      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
+#      over HTTP as a client would (pytest), each
 #      answer validated against openapi.yaml; then schemathesis against it (Tests/contract);
 #   3. the faithfulness check: bleak, unchanged, against `gattway-sim`;
 #   4. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
 #      then, on the same VM, a device kept connected through a bluetoothd restart and a link loss;
-#   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab).
-# Steps 4 and 5 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
+#   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab);
+#   6. the README's first command in a fresh swift:6.3-bookworm container, as root (the same lab).
+# Steps 4 to 6 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
 # reported as not run. A real-BlueZ VM that does not boot in six tries (the lab's emulated
 # controller times out now and then) is reported NOT RUN, in the last line too; a test that
 # fails on a booted VM fails the run. Needs the packages of Tests/install-deps.sh.
@@ -39,7 +41,7 @@ Tests/fuzz/run --time 20
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
-    openapi-core==0.23.1 schemathesis==4.32.5 jinja2
+    openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2
 py=.build/venv/bin/python
 
 step "end-to-end against gattway --simulate"
@@ -104,6 +106,14 @@ fi
 step "the container (Docker/Dockerfile) against gattway-sim"
 if [ -x "$shared/dockerlab/start" ]; then
     bash Tests/docker/run.sh "$bin/gattway-sim"
+else
+    lab_missing "../shared/dockerlab"
+fi
+
+step "the README's first command in a fresh Swift container, as root"
+if [ -x "$shared/dockerlab/start" ]; then
+    # Installs, builds gattway from scratch and starts it: 20 minutes at most (first-run.sh).
+    bash Tests/docker/first-run.sh
 else
     lab_missing "../shared/dockerlab"
 fi

@@ -112,7 +112,7 @@ public final class Gateway: Sendable {
 
     public func router() -> Router {
         let router = Router(errorResponder: Gateway.errorResponder)
-        router.add("GET", "/", handle { _ in Index(name: "gattway", version: self.version, documentation: "openapi.yaml") })
+        addDashboardRoutes(to: router)
         router.add("GET", "/v1/state", handle { _ in ManagerStateBody(await self.central.status()) })
         router.add("GET", "/v1/adapters", handle { _ in AdapterList(adapters: try await self.central.adapters().map(AdapterBody.init)) })
         router.add("GET", "/v1/scan", handle { _ in ScanStatusBody(await self.central.scanStatus()) })

@@ -154,6 +154,9 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
     }
 }
 
+/// A host as it stands in a URL: an IPv6 address in brackets.
+func urlHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
+
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
     let access: AccessControl
@@ -161,7 +164,7 @@ func run(_ options: Options) async -> Int32 {
         let tokens = try loadTokens(options)
         access = AccessControl(.init(tokens: tokens, origins: try OriginPolicy(allowing: options.allowedOrigins),
                                      requestsPerSecond: options.rateLimit, requestBurst: 2 * options.rateLimit,
-                                     openPaths: ["/v1/state"]), log: log)
+                                     openPaths: Gateway.openPaths), log: log)
         if tokens.isEmpty {
             log("access: no tokens: whoever can reach \(options.host) may use every route"
                 + (Options.isLoopback(options.host) ? " (loopback: this machine only)" : " (--no-auth)"))
@@ -280,7 +283,11 @@ func run(_ options: Options) async -> Int32 {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
     }
-    log("gattway \(gattwayVersion) listening on \(tls == nil ? "http" : "https")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
+    let scheme = tls == nil ? "http" : "https"
+    log("gattway \(gattwayVersion) listening on \(scheme)://\(urlHost(options.host)):\(server.port)")
+    // A wildcard address is no place to browse to; loopback is one of the addresses it covers.
+    let browsable = ["0.0.0.0", "::"].contains(options.host) ? (options.host == "::" ? "::1" : "127.0.0.1") : options.host
+    log("dashboard: open \(scheme)://\(urlHost(browsable)):\(server.port)/ in a browser")
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")

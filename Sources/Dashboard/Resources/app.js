@@ -1,0 +1,499 @@
+// gattway's dashboard: the public API (openapi.yaml) from a page, nothing else. REST for state,
+// scan, connect, GATT, reads and writes; one WebSocket (/v1/ws) for live events and notifications.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes (on* are listeners) and children (strings become text). */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
+  return el;
+}
+
+// ---- UUID names (generated from the Bluetooth SIG's assigned numbers: make-names.py) ----
+
+let names = { services: {}, characteristics: {}, descriptors: {} };
+const BASE = "-0000-1000-8000-00805f9b34fb";
+/** `0000180d-0000-1000-8000-00805f9b34fb` → `180d`; others as they are, lower case. */
+function shortUUID(uuid) {
+  const u = uuid.toLowerCase();
+  return u.length === 36 && u.startsWith("0000") && u.endsWith(BASE) ? u.slice(4, 8) : u;
+}
+function nameOf(kind, uuid, given) { return names[kind][shortUUID(uuid)] || given || null; }
+
+// ---- the API ----
+
+const token = {
+  get: () => sessionStorage.getItem("gattway-token") || "",
+  set: (t) => sessionStorage.setItem("gattway-token", t),
+};
+
+/** A CBError / CBATTError from the API's error body. */
+class APIError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || { domain: "CBErrorDomain", code: 0, name: "unknown", message: `HTTP ${status}` };
+    super(e.message);
+    Object.assign(this, { status, domain: e.domain, code: e.code, cbName: e.name, detail: e.detail });
+  }
+  toString() { return `${this.cbName} (${this.domain} ${this.code}): ${this.message}`; }
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (token.get()) headers.Authorization = "Bearer " + token.get();
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  const json = text ? JSON.parse(text) : null;
+  if (response.status === 401) askForToken(json && json.error && json.error.message);
+  if (!response.ok) throw new APIError(response.status, json);
+  return json;
+}
+
+const enc = encodeURIComponent;
+const devicePath = (id) => `/v1/devices/${enc(id)}`;
+
+// ---- errors ----
+
+function showError(error, context) {
+  const text = error instanceof APIError ? null : String(error.message || error);
+  const item = h("div", { class: "error", dataset: { name: error.cbName || "" } },
+    h("span", { class: "what" },
+      context ? context + ": " : "",
+      error instanceof APIError ? [h("strong", {}, error.cbName), ` (${error.domain} ${error.code}) `, error.message,
+        error.detail ? h("span", { class: "hint" }, " — " + error.detail) : null] : text),
+    h("button", { type: "button", class: "quiet", "aria-label": "dismiss", onclick: () => item.remove() }, "×"));
+  const list = $("errors");
+  list.prepend(item);
+  while (list.children.length > 5) list.lastChild.remove();
+}
+
+/** Runs `f`, showing what it throws. */
+async function attempt(context, f) {
+  try { return await f(); } catch (e) { showError(e, context); return undefined; }
+}
+
+function askForToken(message) {
+  const form = $("token");
+  if (!form.hidden) return;
+  form.hidden = false;
+  if (message) form.querySelector("label").title = message;
+  $("token-value").focus();
+}
+
+// ---- the model ----
+
+const devices = new Map();      // id → device JSON, as GET /v1/devices gives it
+let selected = null;            // id of the device shown in the device panel
+let gattTree = null;            // GET .../gatt of `selected`
+const views = new Map();        // characteristic handle → {element parts, plot, subscription}
+
+function setBadge(el, text, cls) { el.textContent = text; el.className = "badge " + (cls || ""); }
+
+async function refreshState() {
+  const s = await attempt("state", () => api("GET", "/v1/state"));
+  if (s) setBadge($("state"), `Bluetooth ${s.state}` + (s.adapter ? ` (${s.adapter})` : ""), s.state);
+}
+
+async function refreshScan() {
+  const s = await api("GET", "/v1/scan").catch(() => null);
+  if (s) setBadge($("scanning"), s.scanning ? "scanning" : "stopped", s.scanning ? "scanning" : "");
+}
+
+/** Reads the device list; false when the gateway wants a token first. */
+async function refreshDevices() {
+  const list = await api("GET", "/v1/devices").catch((e) => { if (e.status !== 401) showError(e, "devices"); return e; });
+  if (list instanceof APIError) return list.status !== 401;
+  if (!list) return true;
+  const seen = new Set();
+  for (const d of list.devices) { seen.add(d.id); devices.set(d.id, { ...devices.get(d.id), ...d }); }
+  for (const id of [...devices.keys()]) if (!seen.has(id)) devices.delete(id);
+  renderDevices();
+  return true;
+}
+
+function ago(time) {
+  if (!time) return "";
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(time)) / 1000));
+  return s < 60 ? `${s} s ago` : s < 3600 ? `${Math.round(s / 60)} min ago` : new Date(time).toLocaleTimeString();
+}
+
+function sensorText(sensor) {
+  if (!sensor) return null;
+  if (!sensor.measurements || !Object.keys(sensor.measurements).length) return `${sensor.format}: no values (encryption: ${sensor.encryption})`;
+  return `${sensor.format}: ` + Object.entries(sensor.measurements)
+    .map(([k, m]) => `${k} ${m.value}${m.unit ? " " + m.unit : ""}`).join(", ");
+}
+
+function renderDevices() {
+  const ul = $("devices");
+  const sorted = [...devices.values()].sort((a, b) => (b.rssi ?? -999) - (a.rssi ?? -999) || a.id.localeCompare(b.id));
+  ul.replaceChildren(...sorted.map((d) =>
+    h("li", { dataset: { device: d.id }, class: d.stale ? "stale" : "" },
+      h("span", { class: "name" }, d.name || "(no name)"),
+      h("span", { class: "actions" },
+        h("span", { class: "badge " + d.state }, d.state),
+        h("button", { type: "button", class: "quiet", onclick: () => openDevice(d.id), "aria-label": `open ${d.name || d.id}` }, "Open")),
+      h("span", { class: "meta mono" }, `${d.address} · ${d.rssi ?? "?"} dBm · ${ago(d.lastSeen)}`),
+      d.sensor ? h("span", { class: "sensor" }, sensorText(d.sensor)) : null)));
+  $("device-count").textContent = String(devices.size);
+  if (selected) renderDeviceHead();
+}
+
+// ---- scan ----
+
+function scanBody(form) {
+  const f = new FormData(form);
+  const body = {};
+  const list = (v) => v.split(/[\s,]+/).filter(Boolean);
+  if (f.get("services").trim()) body.services = list(f.get("services"));
+  if (f.get("name").trim()) body.name = f.get("name").trim();
+  if (f.get("namePrefix").trim()) body.namePrefix = f.get("namePrefix").trim();
+  if (f.get("rssi")) body.rssi = Number(f.get("rssi"));
+  if (f.get("timeout")) body.timeout = Number(f.get("timeout"));
+  if (f.get("allowDuplicates")) body.allowDuplicates = true;
+  const pairs = (v) => list(v).map((p) => p.split(":"));
+  if (f.get("manufacturer").trim())
+    body.manufacturerData = pairs(f.get("manufacturer")).map(([id, prefix]) => ({ companyIdentifier: Number(id), ...(prefix ? { dataPrefix: prefix } : {}) }));
+  if (f.get("serviceData").trim())
+    body.serviceData = pairs(f.get("serviceData")).map(([service, prefix]) => ({ service, ...(prefix ? { dataPrefix: prefix } : {}) }));
+  return body;
+}
+
+// ---- one device ----
+
+function renderDeviceHead() {
+  const d = devices.get(selected) || { id: selected, state: "disconnected" };
+  $("device-title").replaceChildren(d.name || d.id, " ", h("span", { class: "badge " + d.state, id: "device-state" }, d.state));
+  $("device-info").textContent = `${d.address || d.id} · ${d.addressType || ""} · RSSI ${d.rssi ?? "?"} dBm · last seen ${ago(d.lastSeen) || "?"}`;
+  $("device-connect").disabled = d.state === "connected" || d.state === "connecting";
+  $("device-disconnect").disabled = d.state !== "connected";
+}
+
+async function openDevice(id) {
+  if (selected !== id) closeDevice();
+  selected = id;
+  $("device-panel").hidden = false;
+  renderDeviceHead();
+  if (devices.get(id)?.state === "connected") await loadGATT();
+  $("device-title").scrollIntoView({ block: "nearest" });
+  $("device-connect").disabled ? $("device-disconnect").focus() : $("device-connect").focus();
+}
+
+function closeDevice() {
+  for (const view of views.values()) if (view.subscription) wsSend({ op: "unsubscribe", subscription: view.subscription });
+  views.clear();
+  gattTree = null;
+  $("gatt").replaceChildren();
+  selected = null;
+  $("device-panel").hidden = true;
+}
+
+function setDeviceState(id, state) {
+  const d = devices.get(id);
+  if (d) d.state = state;
+  renderDevices();
+  if (id === selected && state === "connected" && !gattTree) loadGATT();
+  if (id === selected && state === "disconnected") {
+    for (const view of views.values()) { view.subscription = null; view.setSubscribed(false); }
+  }
+}
+
+async function loadGATT() {
+  const id = selected;
+  const tree = await attempt("GATT", () => api("GET", devicePath(id) + "/gatt"));
+  if (!tree || id !== selected) return;
+  gattTree = tree;
+  views.clear();
+  $("gatt").replaceChildren(
+    h("p", { class: "hint" }, `MTU ${tree.mtu ?? "?"} · longest write ${tree.maximumWriteValueLength?.withResponse ?? "?"} / ${tree.maximumWriteValueLength?.withoutResponse ?? "?"} (without response) bytes`),
+    ...tree.services.map((s) => h("details", { class: "service", open: true, dataset: { uuid: shortUUID(s.uuid), handle: s.handle } },
+      h("summary", {}, h("strong", {}, nameOf("services", s.uuid, s.name) || "Unknown service"), " ",
+        h("code", {}, shortUUID(s.uuid)), ` · handle ${s.handle}`, s.isPrimary ? "" : " · secondary"),
+      ...s.characteristics.map(characteristicView))));
+}
+
+/** Turns a value in `format` into bytes, for the log and the plot. */
+function bytesOf(value, format) {
+  if (format === "hex") return Uint8Array.from(value.match(/../g) || [], (b) => parseInt(b, 16));
+  if (format === "base64") return Uint8Array.from(atob(value), (c) => c.charCodeAt(0));
+  return new TextEncoder().encode(value);
+}
+const hex = (bytes) => [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+function text(bytes) {
+  const t = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+  return /^[\x20-\x7e\u00a0-\uffff]*$/.test(t) && !t.includes("\ufffd") ? t : null;
+}
+
+/** A number to plot from a characteristic's value: the standard ones decoded, else a small integer. */
+function numberOf(uuid, bytes) {
+  const u = shortUUID(uuid);
+  const le = (n, at = 0) => bytes.length >= at + n ? [...bytes.slice(at, at + n)].reduceRight((acc, b) => acc * 256 + b, 0) : null;
+  if (u === "2a37") return bytes.length < 2 ? null : (bytes[0] & 1 ? le(2, 1) : bytes[1]);   // heart rate, bpm
+  if (u === "2a19") return le(1);                                                               // battery, %
+  if ([1, 2, 4].includes(bytes.length)) return le(bytes.length);
+  const t = text(bytes);
+  return t !== null && t.trim() !== "" && isFinite(Number(t)) ? Number(t) : null;
+}
+
+function characteristicView(c) {
+  const props = c.properties || [];
+  const can = (p) => props.includes(p);
+  const path = devicePath(selected) + "/characteristics/" + enc(c.handle);
+  const name = nameOf("characteristics", c.uuid, c.name);
+  const value = h("div", { class: "value", "aria-live": "polite" });
+  const opError = h("div", { class: "op-error", role: "status" });
+  const written = h("div", { class: "hint written" });
+  const log = h("ol", { class: "vlog", hidden: true, "aria-label": "values received" });
+  const canvas = h("canvas", { class: "plot", hidden: true, width: 600, height: 120, role: "img", "aria-label": "plot of the values", dataset: { points: "0" } });
+  const plot = new Plot(canvas);
+  const format = h("select", { "aria-label": "value format" }, ...["hex", "utf8", "base64"].map((f) => h("option", { value: f }, f)));
+  const input = h("input", { "aria-label": "value to write", spellcheck: "false", placeholder: "value" });
+  const withoutResponse = h("input", { type: "checkbox", checked: !can("write") && can("writeWithoutResponse") });
+  const subscribe = h("button", { type: "button", class: "subscribe" }, "Subscribe");
+  const view = { subscription: null, plot, log, canvas, uuid: c.uuid,
+    setSubscribed(on) { subscribe.textContent = on ? "Unsubscribe" : "Subscribe"; subscribe.setAttribute("aria-pressed", String(on)); } };
+  views.set(c.handle, view);
+
+  function show(valueText, fmt, source) {
+    const bytes = bytesOf(valueText, fmt);
+    const t = text(bytes);
+    value.textContent = `0x${hex(bytes) || "(empty)"}` + (t !== null && bytes.length ? `  "${t}"` : "") + (source ? `  · ${source}` : "");
+    opError.textContent = "";
+    return bytes;
+  }
+  function fail(e) { opError.textContent = e instanceof APIError ? String(e) : String(e.message || e); showError(e, name || shortUUID(c.uuid)); }
+
+  view.received = (n) => {
+    const bytes = show(n.value, n.format, `#${n.sequence}`);
+    log.hidden = false;
+    const t = text(bytes);
+    const number = numberOf(c.uuid, bytes);
+    log.prepend(h("li", {}, `${new Date(n.time || Date.now()).toLocaleTimeString()}  ${hex(bytes)}`
+      + (t !== null && bytes.length ? `  "${t}"` : "") + (number !== null ? `  = ${number}` : "")));
+    while (log.children.length > 50) log.lastChild.remove();
+    if (number !== null) { canvas.hidden = false; plot.add(number); }
+  };
+
+  subscribe.addEventListener("click", () => {
+    if (view.subscription) {
+      wsSend({ op: "unsubscribe", subscription: view.subscription });
+      view.subscription = null;
+      view.setSubscribed(false);
+      return;
+    }
+    wsCommand({ op: "subscribe", device: selected, characteristic: c.handle, format: "hex" }).then((ack) => {
+      view.subscription = ack.subscription;
+      view.setSubscribed(true);
+      opError.textContent = "";
+    }, fail);
+  });
+
+  const read = h("button", { type: "button", class: "read" }, "Read");
+  read.addEventListener("click", async () => {
+    try { const v = await api("GET", path + "/value?format=hex"); show(v.value, v.format); } catch (e) { fail(e); }
+  });
+  const write = h("form", { class: "row write" }, input, format,
+    h("label", { class: "check" }, withoutResponse, "without response"),
+    h("button", { type: "submit" }, "Write"));
+  write.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const r = await api("PUT", path + "/value", { value: input.value, format: format.value, withResponse: !withoutResponse.checked });
+      opError.textContent = "";
+      written.textContent = `wrote ${r.written ?? "?"} byte(s) at ${new Date().toLocaleTimeString()}`;
+    } catch (e) { fail(e); }
+  });
+
+  return h("div", { class: "char", dataset: { uuid: shortUUID(c.uuid), handle: c.handle } },
+    h("div", {}, h("span", { class: "title" }, name || "Unknown characteristic"), " ", h("code", {}, shortUUID(c.uuid)),
+      h("span", { class: "hint" }, ` · handle ${c.handle}`)),
+    h("div", { class: "props" }, ...props.map((p) => h("span", { class: "badge" }, p))),
+    c.descriptors.length ? h("div", { class: "hint" }, "descriptors: ",
+      c.descriptors.map((d) => `${nameOf("descriptors", d.uuid, d.name) || shortUUID(d.uuid)} (${d.handle})`).join(", ")) : null,
+    h("div", { class: "row" }, can("read") ? read : null, can("notify") || can("indicate") ? subscribe : null),
+    can("write") || can("writeWithoutResponse") ? write : null,
+    value, written, opError, canvas, log);
+}
+
+// ---- the plot: the last 120 numbers as a line, with their range ----
+
+class Plot {
+  constructor(canvas) { this.canvas = canvas; this.points = []; }
+  add(v) {
+    this.points.push(v);
+    if (this.points.length > 120) this.points.shift();
+    this.canvas.dataset.points = String(this.points.length);
+    this.canvas.dataset.last = String(v);
+    this.draw();
+  }
+  draw() {
+    const c = this.canvas, ctx = c.getContext("2d");
+    const ratio = window.devicePixelRatio || 1;
+    const w = c.clientWidth || 600, hgt = c.clientHeight || 120;
+    if (c.width !== Math.round(w * ratio)) { c.width = Math.round(w * ratio); c.height = Math.round(hgt * ratio); }
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, w, hgt);
+    const style = getComputedStyle(document.documentElement);
+    const lo = Math.min(...this.points), hi = Math.max(...this.points);
+    const span = hi - lo || 1, pad = 14;
+    const x = (i) => 30 + (w - 36) * (this.points.length === 1 ? 1 : i / (this.points.length - 1));
+    const y = (v) => hgt - pad - (hgt - 2 * pad) * ((v - lo) / span);
+    ctx.fillStyle = style.getPropertyValue("--muted");
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillText(String(hi), 2, pad);
+    ctx.fillText(String(lo), 2, hgt - 4);
+    ctx.strokeStyle = style.getPropertyValue("--accent");
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    this.points.forEach((v, i) => (i ? ctx.lineTo(x(i), y(v)) : ctx.moveTo(x(i), y(v))));
+    ctx.stroke();
+    const last = this.points.length - 1;
+    ctx.fillStyle = ctx.strokeStyle;
+    ctx.beginPath();
+    ctx.arc(x(last), y(this.points[last]), 3, 0, 2 * Math.PI);
+    ctx.fill();
+  }
+}
+
+// ---- the WebSocket: events, and subscribe commands ----
+
+let ws = null, wsNext = 1, wsRetry = 1000;
+const pending = new Map();      // command id → {resolve, reject}
+const outbox = [];              // commands sent before the socket is open (bounded)
+
+function wsSend(message) {
+  if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
+  else if (outbox.length < 64) outbox.push(message);
+}
+
+/** Sends a command; resolves with its `ack`/`result`, rejects with its `error` (in 10 s at most). */
+function wsCommand(message) {
+  const id = "c" + wsNext++;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { pending.delete(id); reject(new Error(`no answer to ${message.op} in 10 s`)); }, 10000);
+    pending.set(id, { resolve: (m) => { clearTimeout(timer); resolve(m); }, reject: (e) => { clearTimeout(timer); reject(e); } });
+    wsSend({ ...message, id });
+  });
+}
+
+function connectStream() {
+  const url = location.origin.replace(/^http/, "ws") + "/v1/ws";
+  ws = token.get() ? new WebSocket(url, ["gattway", "bearer." + token.get()]) : new WebSocket(url);
+  ws.onopen = () => {
+    wsRetry = 1000;
+    setBadge($("stream"), "live", "ok");
+    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "advertisement", "connection", "sensor"] }));
+    while (outbox.length) ws.send(JSON.stringify(outbox.shift()));
+    refreshDevices();
+  };
+  ws.onmessage = (e) => onStreamMessage(JSON.parse(e.data));
+  ws.onclose = () => {
+    setBadge($("stream"), "offline", "bad");
+    for (const [, p] of pending) p.reject(new Error("the WebSocket closed"));
+    pending.clear();
+    for (const view of views.values()) { view.subscription = null; view.setSubscribed(false); }
+    setTimeout(connectStream, wsRetry);
+    wsRetry = Math.min(wsRetry * 2, 10000);
+  };
+}
+
+function onStreamMessage(m) {
+  if (m.op) {
+    const p = pending.get(m.id);
+    if (m.op === "error" && !p) showError(new APIError(0, m), "WebSocket");
+    if (!p) return;
+    pending.delete(m.id);
+    m.op === "error" ? p.reject(new APIError(0, m)) : p.resolve(m);
+    return;
+  }
+  switch (m.type) {
+    case "state":
+      setBadge($("state"), `Bluetooth ${m.state}` + (m.adapter ? ` (${m.adapter})` : ""), m.state);
+      break;
+    case "advertisement":
+      devices.set(m.device, { ...devices.get(m.device), ...m.peripheral });
+      renderDevices();
+      break;
+    case "connection":
+      setDeviceState(m.device, m.state);
+      if (m.error) showError(new APIError(0, { error: m.error }), `${m.device} ${m.state}`);
+      break;
+    case "sensor": {
+      const d = devices.get(m.device);
+      if (d) { d.sensor = m.sensor; if (m.rssi !== undefined) d.rssi = m.rssi; d.lastSeen = m.time; renderDevices(); }
+      break;
+    }
+    case "notification": {
+      const view = [...views.values()].find((v) => v.subscription === m.subscription);
+      if (view) view.received(m);
+      break;
+    }
+    case "dropped":
+      showError(new Error(`${m.count} event(s) dropped: this page read too slowly`), "events");
+      break;
+  }
+}
+
+// ---- start ----
+
+async function start() {
+  names = await fetch("/ui/names.json").then((r) => r.json()).catch(() => names);
+  $("token").addEventListener("submit", (e) => {
+    e.preventDefault();
+    token.set($("token-value").value.trim());
+    $("token").hidden = true;
+    if (ws) ws.close(); else connectStream();
+    refreshScan();
+    refreshDevices();
+  });
+  $("scan").addEventListener("submit", (e) => {
+    e.preventDefault();
+    attempt("scan", async () => {
+      const s = await api("POST", "/v1/scan", scanBody(e.target));
+      setBadge($("scanning"), s.scanning ? "scanning" : "stopped", s.scanning ? "scanning" : "");
+      await refreshDevices();
+    });
+  });
+  $("scan-stop").addEventListener("click", () => attempt("stop scan", async () => {
+    await api("DELETE", "/v1/scan");
+    await refreshScan();
+  }));
+  $("device-connect").addEventListener("click", () => {
+    const id = selected;
+    setDeviceState(id, "connecting");
+    attempt(`connect ${id}`, async () => {
+      const d = await api("POST", devicePath(id) + "/connect", { timeout: 10 });
+      devices.set(id, { ...devices.get(id), ...d });
+      setDeviceState(id, d.state);
+    }).then(() => { if (devices.get(id)?.state === "connecting") refreshDevices(); });
+  });
+  $("device-disconnect").addEventListener("click", () => {
+    const id = selected;
+    attempt(`disconnect ${id}`, async () => {
+      await api("POST", devicePath(id) + "/disconnect");
+      gattTree = null;
+      $("gatt").replaceChildren();
+      views.clear();
+      await refreshDevices();
+    });
+  });
+  $("device-close").addEventListener("click", closeDevice);
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape" && selected) closeDevice(); });
+
+  await refreshState();
+  await refreshScan();
+  // Without a valid token the socket would only be refused: it opens once one is entered.
+  if (await refreshDevices()) connectStream();
+  // RSSI and "last seen" change without an event once a device was announced: a slow refresh.
+  setInterval(() => { if (!document.hidden) refreshDevices(); }, 5000);
+}
+
+start();

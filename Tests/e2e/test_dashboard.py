@@ -1,0 +1,245 @@
+"""The dashboard (GET /) in a real headless chromium (Debian's, driven by Playwright) against
+`gattway --simulate`: scan, connect, the GATT tree with SIG names, a read, a live plot of the
+heart rate, a write echoed by the serial device, a refused operation with its CBError, and token
+entry. Screenshots go to .build/dashboard/; readme.png, through `pngquant --quality 60-85`, is
+the README's picture (Tests/e2e/dashboard.png). Also the page's HTTP answers: negotiated with the
+JSON index, ETag and 304, the CSP, open without a token."""
+import os
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+import contract
+from conftest import ROOT, Gateway, wait_for
+
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (Tests/run.sh does)")
+
+HR, SERIAL = "F0:00:00:00:00:01", "F0:00:00:00:00:02"
+TOKEN = "dashboard-token-0123456789"
+SHOTS = os.path.join(ROOT, ".build", "dashboard")
+CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 15_000
+# Every expectation waits up to this long (the machine may be loaded), not Playwright's 5 s.
+playwright.expect.set_options(timeout=WAIT_MS)
+
+
+def fetch(gw, path, headers=None):
+    req = urllib.request.Request(gw.base + path, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status, body, headers = resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        status, body, headers = e.code, e.read(), dict(e.headers)
+    # openapi-core holds text bodies (the page, the script) against `type: string` as text.
+    textual = headers.get("Content-Type", "").split(";")[0] in ("text/html", "text/javascript", "text/css", "image/svg+xml")
+    contract.check("GET", path, status, headers, body.decode() if textual else body)
+    return status, body, headers
+
+
+@pytest.fixture
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("chromium is not installed (Tests/install-deps.sh installs it)")
+    os.makedirs(SHOTS, exist_ok=True)
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield b
+        b.close()
+
+
+class Dashboard:
+    """A page of the dashboard, with what it logged to its console and any CSP violation."""
+
+    def __init__(self, browser, gw, **context):
+        self.page = browser.new_page(**context)
+        self.problems = []
+        # Console errors but the browser's note of each failed request (the API's refusals,
+        # which the page shows): script errors and CSP violations ("Refused to ...") remain.
+        self.page.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource")
+                     and self.problems.append(m.text))
+        self.page.on("pageerror", lambda e: self.problems.append(str(e)))
+        self.page.goto(gw.base + "/")
+
+    def device(self, address):
+        return self.page.locator(f'li[data-device="{address}"]')
+
+    def characteristic(self, short_uuid):
+        return self.page.locator(f'#gatt .char[data-uuid="{short_uuid}"]')
+
+    def open_connected(self, address):
+        self.device(address).get_by_role("button", name="Open").click()
+        self.page.locator("#device-connect").click()
+        playwright.expect(self.page.locator("#device-state")).to_have_text("connected", timeout=WAIT_MS)
+        playwright.expect(self.page.locator("#gatt .char").first).to_be_visible(timeout=WAIT_MS)
+
+    def shot(self, name):
+        self.page.screenshot(path=os.path.join(SHOTS, name), full_page=True)
+
+
+def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
+    gw = Gateway(["--simulate"])
+    dash = None
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 1200, "height": 820})
+        page, expect = dash.page, playwright.expect
+        expect(page.locator("#state")).to_contain_text("poweredOn", timeout=WAIT_MS)
+        expect(page.locator("#stream")).to_have_text("live", timeout=WAIT_MS)
+        # Scan by keyboard: the scan button is reachable and works with Enter.
+        page.locator("#scan-start").focus()
+        page.keyboard.press("Enter")
+        for address, name in [(HR, "Sim Heart Rate"), (SERIAL, "Sim Serial"), ("F0:00:00:00:00:03", "Sim Secure"),
+                              ("F0:00:00:00:00:05", "Sim Eddystone")]:
+            expect(dash.device(address).locator(".name")).to_have_text(name, timeout=WAIT_MS)
+        expect(page.locator("#scanning")).to_have_text("scanning")
+        expect(dash.device(HR).locator(".meta")).to_contain_text(re.compile(r"F0:00:00:00:00:01 · -\d+ dBm · \d+ s ago"))
+        # A simulated sensor shows its decoded values.
+        expect(page.locator("li .sensor").first).to_contain_text("temperature", timeout=WAIT_MS)
+
+        dash.open_connected(HR)
+        expect(dash.device(HR).locator(".badge")).to_have_text("connected")
+        # The tree, named from the SIG's tables, with handles and properties.
+        expect(page.locator('#gatt .service[data-uuid="180d"] summary')).to_contain_text("Heart Rate")
+        hr = dash.characteristic("2a37")
+        expect(hr.locator(".title")).to_have_text("Heart Rate Measurement")
+        expect(hr).to_contain_text(re.compile(r"handle 0x[0-9a-f]{4}"))
+        expect(hr.locator(".props")).to_contain_text("notify")
+        expect(dash.characteristic("2a29").locator(".title")).to_have_text("Manufacturer Name String")
+
+        battery = dash.characteristic("2a19")
+        expect(battery.locator(".title")).to_have_text("Battery Level")
+        battery.get_by_role("button", name="Read").click()
+        expect(battery.locator(".value")).to_have_text(re.compile(r"^0x[0-9a-f]{2}\b"), timeout=WAIT_MS)
+        level = int(battery.locator(".value").inner_text()[2:4], 16)
+        assert 0 < level <= 100, level
+
+        hr.get_by_role("button", name="Subscribe").click()
+        plot = hr.locator("canvas.plot")
+        expect(plot).to_be_visible(timeout=WAIT_MS)
+        expect(plot).to_have_attribute("data-points", re.compile(r"^([3-9]|\d\d+)$"), timeout=WAIT_MS)
+        bpm = int(plot.get_attribute("data-last"))
+        assert 40 <= bpm <= 200, bpm
+        assert hr.locator(".vlog li").count() >= 3
+        dash.shot("heart-rate.png")
+        expect(page.locator("#errors .error")).to_have_count(0)
+        # The README's picture: the Generic Attribute service folded (by keyboard), the plot in view.
+        page.locator('#gatt .service[data-uuid="1801"] summary').focus()
+        page.keyboard.press("Enter")
+        expect(page.locator('#gatt .service[data-uuid="1801"]')).not_to_have_attribute("open", "")
+        expect(plot).to_have_attribute("data-points", re.compile(r"^([6-9]|\d\d+)$"), timeout=WAIT_MS)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=os.path.join(SHOTS, "readme.png"))
+
+        # A refused operation: the heart-rate control point takes only 01; the device answers
+        # ATT 0x80, shown with its name, domain and code.
+        control = dash.characteristic("2a39")
+        control.get_by_label("value to write").fill("02")
+        control.get_by_role("button", name="Write").click()
+        expect(control.locator(".op-error")).to_contain_text("CBATTErrorDomain 128", timeout=WAIT_MS)
+        expect(page.locator("#errors .error").first).to_contain_text("CBATTErrorDomain 128")
+        dash.shot("refused.png")
+
+        # The serial device echoes what is written, as a notification.
+        page.locator("#device-close").click()
+        dash.open_connected(SERIAL)
+        serial = dash.characteristic("ffe1")
+        serial.get_by_role("button", name="Subscribe").click()
+        expect(serial.get_by_role("button", name="Unsubscribe")).to_be_visible(timeout=WAIT_MS)
+        serial.get_by_label("value to write").fill("hello gattway")
+        serial.get_by_label("value format").select_option("utf8")
+        serial.get_by_role("button", name="Write").click()
+        expect(serial.locator(".vlog")).to_contain_text("hello gattway", timeout=WAIT_MS)
+        expect(serial.locator(".value")).to_contain_text('"hello gattway"')
+        dash.shot("serial.png")
+        assert dash.problems == [], dash.problems
+    finally:
+        # What the page showed last, also when an expectation failed.
+        if dash:
+            dash.shot("last.png")
+        gw.stop()
+
+
+def test_dashboard_at_phone_width(browser):
+    gw = Gateway(["--simulate"])
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+        page = dash.page
+        page.locator("#scan-start").click()
+        playwright.expect(dash.device(HR)).to_be_visible(timeout=WAIT_MS)
+        dash.open_connected(HR)
+        # Nothing wider than the screen: the page does not scroll sideways.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        dash.shot("phone.png")
+        assert dash.problems == [], dash.problems
+    finally:
+        gw.stop()
+
+
+def test_dashboard_asks_for_the_token_and_then_works(browser, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    gw = Gateway(["--simulate", "--tokens", str(tokens)])
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 1000, "height": 700})
+        page = dash.page
+        form = page.locator("#token")
+        playwright.expect(form).to_be_visible(timeout=WAIT_MS)
+        # The page and its state load without a token (the health check is open).
+        playwright.expect(page.locator("#state")).to_contain_text("poweredOn")
+        page.locator("#token-value").fill(TOKEN)
+        page.keyboard.press("Enter")
+        playwright.expect(form).to_be_hidden()
+        playwright.expect(page.locator("#stream")).to_have_text("live", timeout=WAIT_MS)
+        page.locator("#scan-start").click()
+        playwright.expect(dash.device(HR)).to_be_visible(timeout=WAIT_MS)
+        # No WebSocket was tried without the token.
+        assert dash.problems == [], dash.problems
+    finally:
+        gw.stop()
+
+
+def test_page_and_files_are_served_with_validators_and_a_policy(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    gw = Gateway(["--simulate", "--tokens", str(tokens)])
+    try:
+        # Without a token: the page (for a browser) and the JSON index (for anything else).
+        status, body, headers = fetch(gw, "/", {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+        assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+        assert b'<script src="/ui/app.js"' in body
+        assert "default-src 'none'" in headers["Content-Security-Policy"] and "connect-src 'self'" in headers["Content-Security-Policy"]
+        assert headers["Cache-Control"] == "no-cache" and headers["Vary"] == "Accept"
+        etag = headers["ETag"]
+        assert re.fullmatch(r'"[0-9a-f]{16}"', etag)
+        status, body, headers = fetch(gw, "/", {"Accept": "text/html", "If-None-Match": etag})
+        assert status == 304 and body == b""
+        status, body, headers = fetch(gw, "/")
+        assert status == 200 and headers["Content-Type"] == "application/json" and b'"name":"gattway"' in body
+        status, body, _ = fetch(gw, "/", {"Accept": "text/html;q=0, application/json"})
+        assert b'"name":"gattway"' in body
+
+        for name, media_type in [("app.js", "text/javascript"), ("style.css", "text/css"),
+                                 ("names.json", "application/json"), ("icon.svg", "image/svg+xml")]:
+            status, body, headers = fetch(gw, "/ui/" + name)
+            assert status == 200 and headers["Content-Type"].split(";")[0] == media_type, (name, status)
+            assert headers["X-Content-Type-Options"] == "nosniff"
+            assert fetch(gw, "/ui/" + name, {"If-None-Match": headers["ETag"]})[0] == 304
+        status, body, _ = fetch(gw, "/ui/names.json")
+        assert b'"2a37":"Heart Rate Measurement"' in body and b'"180f":"Battery Service"' in body
+        # Only the dashboard's own files are open; the API still needs the token.
+        assert fetch(gw, "/ui/nothing.js")[0] == 401
+        assert fetch(gw, "/v1/devices")[0] == 401
+        assert fetch(gw, "/ui/nothing.js", {"Authorization": "Bearer " + TOKEN})[0] == 404
+    finally:
+        gw.stop()
+
+
+def test_log_names_the_dashboard_url():
+    gw = Gateway(["--simulate"])
+    try:
+        line = f"dashboard: open {gw.base}/ in a browser"
+        # Logged right after "listening on", which the Gateway helper waits for.
+        assert wait_for(lambda: any(line in entry for entry in gw.log), 5), gw.log[-5:]
+    finally:
+        gw.stop()
