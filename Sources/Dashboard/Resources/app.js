@@ -208,8 +208,20 @@ function setDeviceState(id, state) {
 
 async function loadGATT() {
   const id = selected;
-  const tree = await attempt("GATT", () => api("GET", devicePath(id) + "/gatt"));
-  if (!tree || id !== selected) return;
+  // The `connected` event (the link is up) comes before the services are resolved: until they
+  // are, the tree answers notConnected. Asked again for a while, quietly, then shown.
+  const tree = await attempt("GATT", async () => {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await api("GET", devicePath(id) + "/gatt");
+      } catch (e) {
+        const waiting = e.cbName === "notConnected" && devices.get(id)?.state !== "disconnected" && id === selected;
+        if (!waiting || tries >= 30) throw e;
+        await new Promise((done) => setTimeout(done, 500));
+      }
+    }
+  });
+  if (!tree || id !== selected || gattTree) return;
   gattTree = tree;
   views.clear();
   $("gatt").replaceChildren(
