@@ -252,10 +252,17 @@ func run(_ options: Options) async -> Int32 {
         return 1
     }
     Task { await gateway.restore() }
+    let mqtt = startBridge(options, gateway: gateway)
+    if options.mqtt != nil && mqtt == nil { server.stop(); central.close(); simulation?.stop(); return 2 }
     log("gattway \(gattwayVersion) listening on \(tls == nil ? "http" : "https")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)")
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
+    if let mqtt {
+        // Offline by choice: said before leaving, so the last will is not needed.
+        await mqtt.bridge.stop()
+        mqtt.client.stop(after: (mqtt.bridge.topics.availability, BridgeTopics.offline, true))
+    }
     server.stop()
     _ = try? await central.stopScan()
     central.close()
