@@ -43,6 +43,8 @@ enum HomeAssistantDiscovery {
     }
 
     static func baseName(_ name: String) -> String {
+        // pm2_5 is a name of its own, not the fifth pm2.
+        if numericClasses[name] != nil || binaryClasses[name] != nil { return name }
         guard let underscore = name.lastIndex(of: "_"), name[name.index(after: underscore)...].allSatisfy(\.isNumber),
               name.index(after: underscore) < name.endIndex else { return name }
         return String(name[..<underscore])

@@ -127,9 +127,13 @@ public final class MQTTBridge: Sendable {
             await publish(update)
         case .central(.advertisement(let info)):
             publishPresence(info, connectionChanged: false)
-        case .central(.connection(let id, _, _)):
+        case .central(.connection(let id, let connection, _)):
             broker.publish(topics.event(.connection), item.json)
-            if let info = try? await gateway.central.peripheral(id) { publishPresence(info, connectionChanged: true) }
+            // The event's state: the device's own may not say it yet.
+            if var info = try? await gateway.central.peripheral(id) {
+                info.state = connection
+                publishPresence(info, connectionChanged: true)
+            }
         case .central(.reconnecting):
             broker.publish(topics.event(.connection), item.json)
         case .central(.state):
