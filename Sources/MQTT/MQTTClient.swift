@@ -1,4 +1,5 @@
 import CMosquitto
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -23,7 +24,9 @@ public struct MQTTError: Error, CustomStringConvertible {
 ///
 /// - Connecting: MQTT 5 first; a broker that refuses the protocol version gets 3.1.1 on the next
 ///   attempt. libmosquitto's loop thread reconnects after a lost connection, waiting
-///   `reconnectDelay` and doubling it up to `reconnectDelayMax`. Subscriptions are made again on
+///   `reconnectDelay` × 1, 4, 9, ... (its "exponential" backoff) up to `reconnectDelayMax`; after
+///   the errors that end its loop (a refused CONNACK, TLS, authentication) a new loop is started
+///   after the same delays. Subscriptions are made again on
 ///   every connection (the session is clean), then `connected` runs: the place to publish what
 ///   retained state the broker should have again.
 /// - While disconnected, `publish` queues at most `offlineLimit` messages; past it the oldest is
@@ -96,6 +99,12 @@ public final class MQTTClient: @unchecked Sendable {
         var offline: [Outgoing] = []
         var dropped = 0
         var stopped = false
+        /// `stop`'s last message, and who waits for the broker's PUBACK of it.
+        var finalMessage: Int32?
+        var finalAcknowledged: DispatchSemaphore?
+        var acknowledgedAfterStop: Set<Int32> = []
+        /// Loop threads started again after an error that ends libmosquitto's, since the last connection.
+        var restarts: UInt32 = 0
     }
 
     public let configuration: Configuration
@@ -136,6 +145,10 @@ public final class MQTTClient: @unchecked Sendable {
             guard let context else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didDisconnect(rc)
         }
+        mosquitto_publish_v5_callback_set(handle) { _, context, mid, _, _ in
+            guard let context else { return }
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didPublish(mid)
+        }
         mosquitto_message_v5_callback_set(handle) { _, context, message, properties in
             guard let context, let message else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee, properties)
@@ -156,31 +169,32 @@ public final class MQTTClient: @unchecked Sendable {
         guard loop == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError("loop thread", loop) }
     }
 
-    /// Sends a DISCONNECT (so the last will is not published; send what should replace it
-    /// first) and stops the loop thread, waiting at most about `timeout` for the queue to drain.
+    /// Sends `final` (QoS 1) and waits at most `timeout` for the broker to acknowledge it, then
+    /// a DISCONNECT (so the last will is not published: `final` is what replaces it) and stops
+    /// the loop thread.
     public func stop(after final: (topic: String, payload: [UInt8], retain: Bool)? = nil, timeout: Duration = .seconds(2)) {
         let connected = state.withLock { s -> Bool in
             s.stopped = true
             return s.connected
         }
         if connected, let final {
+            let acknowledged = DispatchSemaphore(value: 0)
             var mid: Int32 = 0
             _ = final.payload.withUnsafeBytes {
                 mosquitto_publish_v5(handle, &mid, final.topic, Int32($0.count), $0.baseAddress, 1, final.retain, nil)
             }
-            // QoS 1 is acknowledged by the broker; without a callback per message, give it a moment.
-            let deadline = ContinuousClock.now + timeout
-            while mosquitto_want_write(handle) && ContinuousClock.now < deadline {
-                try? pauseBriefly()
+            // The PUBACK may have come already (noted in `acknowledgedAfterStop`).
+            let already = state.withLock { s -> Bool in
+                s.finalMessage = mid
+                s.finalAcknowledged = acknowledged
+                return s.acknowledgedAfterStop.contains(mid)
             }
+            if already { acknowledged.signal() }
+            let (seconds, attoseconds) = timeout.components
+            _ = acknowledged.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
         }
         _ = mosquitto_disconnect_v5(handle, 0, nil)
         _ = mosquitto_loop_stop(handle, false)
-    }
-
-    private func pauseBriefly() throws {
-        var request = timespec(tv_sec: 0, tv_nsec: 20_000_000)
-        nanosleep(&request, nil)
     }
 
     public var isConnected: Bool { state.withLock { $0.connected } }
@@ -260,6 +274,7 @@ public final class MQTTClient: @unchecked Sendable {
         }
         let (subscriptions, queued, version, handlers) = state.withLock { s in
             s.connected = true
+            s.restarts = 0
             defer { s.offline = [] }
             return (s.subscriptions, s.offline, s.version, s.handlers)
         }
@@ -270,12 +285,44 @@ public final class MQTTClient: @unchecked Sendable {
         handlers?.connected(Int(version))
     }
 
+    private func didPublish(_ mid: Int32) {
+        state.withLock { s -> DispatchSemaphore? in
+            guard s.stopped else { return nil }
+            s.acknowledgedAfterStop.insert(mid)
+            return s.finalMessage == mid ? s.finalAcknowledged : nil
+        }?.signal()
+    }
+
     private func didDisconnect(_ rc: Int32) {
         let (handlers, stopped) = state.withLock { s in
             s.connected = false
             return (s.handlers, s.stopped)
         }
-        if !stopped { handlers?.disconnected(rc == 0 ? "disconnected" : "connection lost: \(String(cString: mosquitto_strerror(rc)))") }
+        guard !stopped else { return }
+        handlers?.disconnected(rc == 0 ? "disconnected" : "connection lost: \(String(cString: mosquitto_strerror(rc)))")
+        if Self.endsTheLoop.contains(rc) { restartLater() }
+    }
+
+    /// What makes `mosquitto_loop_forever` return instead of reconnecting (a refused CONNACK,
+    /// such as a broker without MQTT 5's, is reported as a protocol error).
+    private static let endsTheLoop: Set<Int32> = Set([
+        MOSQ_ERR_NOMEM, MOSQ_ERR_PROTOCOL, MOSQ_ERR_INVAL, MOSQ_ERR_NOT_FOUND, MOSQ_ERR_TLS, MOSQ_ERR_PAYLOAD_SIZE,
+        MOSQ_ERR_NOT_SUPPORTED, MOSQ_ERR_AUTH, MOSQ_ERR_ACL_DENIED, MOSQ_ERR_UNKNOWN, MOSQ_ERR_EAI, MOSQ_ERR_PROXY,
+    ].map { Int32($0.rawValue) })
+
+    /// A new loop thread and connection attempt, after the delay libmosquitto would have waited
+    /// (its loop thread is ending: this callback runs on it, so the restart runs elsewhere).
+    private func restartLater() {
+        let delay = state.withLock { s -> UInt32 in
+            s.restarts += 1
+            return min(configuration.reconnectDelay * s.restarts * s.restarts, configuration.reconnectDelayMax)
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(delay))) { [self] in
+            guard !state.withLock({ $0.stopped }) else { return }
+            _ = mosquitto_loop_stop(handle, false)  // joins the thread that ended
+            _ = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
+            _ = mosquitto_loop_start(handle)
+        }
     }
 
     private func didReceive(_ message: mosquitto_message, _ properties: OpaquePointer?) {

@@ -383,3 +383,99 @@ def test_retained_state_comes_back_after_the_broker_restarts(broker, one):
     assert reply["state"] == "connected"
     log = "\n".join(one.log)
     assert "connection lost" in log and log.count("mqtt: connected to") >= 2
+
+
+class OldBroker:
+    """An MQTT 3.1.1-only broker, just enough of one: refuses an MQTT 5 CONNECT as a broker
+    without 5 does (CONNACK 0x84, then closes), accepts 3.1.1, acknowledges SUBSCRIBE and QoS 1
+    PUBLISH and answers PINGREQ. Records the protocol levels tried and what is published."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.levels = []
+        self.published = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _read(conn):
+        head = conn.recv(1)
+        if not head:
+            return None, b""
+        length, shift = 0, 0
+        while True:
+            byte = conn.recv(1)[0]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        body = b""
+        while len(body) < length:
+            chunk = conn.recv(length - len(body))
+            if not chunk:
+                return None, b""
+            body += chunk
+        return head[0], body
+
+    def _client(self, conn):
+        with conn:
+            kind, body = self._read(conn)
+            if kind != 0x10:
+                return
+            level = body[6]  # after the protocol name "\0\4MQTT"
+            with self.cond:
+                self.levels.append(level)
+                self.cond.notify_all()
+            if level == 5:
+                conn.sendall(b"\x20\x03\x00\x84\x00")
+                return
+            conn.sendall(b"\x20\x02\x00\x00")
+            while True:
+                kind, body = self._read(conn)
+                if kind is None:
+                    return
+                if kind & 0xF0 == 0x80:  # SUBSCRIBE: grant QoS 0 to each filter
+                    count, i = 0, 2
+                    while i < len(body):
+                        i += 2 + int.from_bytes(body[i:i + 2], "big") + 1
+                        count += 1
+                    conn.sendall(bytes([0x90, 2 + count]) + body[:2] + b"\x00" * count)
+                elif kind & 0xF0 == 0x30:  # PUBLISH
+                    qos = (kind >> 1) & 3
+                    n = int.from_bytes(body[:2], "big")
+                    topic, rest = body[2:2 + n].decode(), body[2 + n:]
+                    if qos:
+                        conn.sendall(b"\x40\x02" + rest[:2])
+                        rest = rest[2:]
+                    with self.cond:
+                        self.published.append((topic, rest))
+                        self.cond.notify_all()
+                elif kind == 0xC0:
+                    conn.sendall(b"\xd0\x00")
+                elif kind == 0xE0:
+                    return
+
+    def wait(self, predicate, timeout=15):
+        with self.cond:
+            return self.cond.wait_for(predicate, timeout)
+
+
+def test_a_broker_without_mqtt_5_gets_3_1_1():
+    old = OldBroker()
+    gw = Gateway(["--simulate", "--mqtt", f"mqtt://127.0.0.1:{old.port}", "--gateway-id", "gw-old"])
+    try:
+        assert old.wait(lambda: ("gattway/gw-old/availability", b"online") in old.published), (old.levels, old.published)
+        assert old.levels[:2] == [5, 4]
+        assert any("(MQTT 3.1.1)" in line for line in gw.log), gw.log
+    finally:
+        gw.stop()
+        old.server.close()
