@@ -82,6 +82,8 @@ public struct BrokerURL: Sendable, Equatable, CustomStringConvertible {
         return "\(tls ? "mqtts" : "mqtt")://\(credentials)\(shownHost):\(port)"
     }
 
+    // HTTPServer's Request has its own: MQTT knows nothing of gattway's other modules, and
+    // FoundationEssentials has no removingPercentEncoding.
     private static func percentDecoded(_ text: Substring) throws(Invalid) -> String {
         var bytes: [UInt8] = []
         var iterator = Array(text.utf8).makeIterator()
