@@ -1,7 +1,8 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle touch C.
+// executables → MQTT → CMosquitto;
+// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
 import PackageDescription
 
 let package = Package(
@@ -17,6 +18,8 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
+        // libmosquitto, for the MQTT bridge (`--mqtt`).
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
 
         // Tools for code that runs on several threads, for every layer.
         .target(name: "Threading"),
@@ -36,8 +39,11 @@ let package = Package(
             .embedInCode("Resources/names.json"), .embedInCode("Resources/icon.svg"),
         ]),
         .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
+        // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
+        // knowing nothing of gattway; the executable hands it to Gateway's MQTTBridge.
+        .target(name: "MQTT", dependencies: ["CMosquitto"]),
 
-        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors"]),
+        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
@@ -50,6 +56,7 @@ let package = Package(
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading", "Dashboard"]),
     ],
     swiftLanguageModes: [.v6]

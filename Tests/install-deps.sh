@@ -5,15 +5,16 @@
 set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
-# build: libmicrohttpd, libdbus, nettle (BTHome's AES-CCM), pkg-config; run: dbus-daemon (for --simulate).
-packages=(libmicrohttpd-dev libdbus-1-dev nettle-dev pkg-config dbus)
+# build: libmicrohttpd, libdbus, nettle (BTHome's AES-CCM), libmosquitto (the MQTT bridge),
+# pkg-config; run: dbus-daemon (for --simulate).
+packages=(libmicrohttpd-dev libdbus-1-dev nettle-dev libmosquitto-dev pkg-config dbus)
 case "${1:-}" in
     --build-only) ;;
     "")
         # test: python3-venv (pytest, bleak, playwright), bluez (bleak asks `bluetoothctl
         # --version`), curl and jq (the README's polling examples), chromium (the browser
-        # tests), openssl (the TLS tests make their certificates).
-        packages+=(python3-venv bluez curl jq chromium openssl) ;;
+        # tests), openssl (the TLS tests make their certificates), mosquitto (the MQTT tests' broker).
+        packages+=(python3-venv bluez curl jq chromium openssl mosquitto) ;;
     *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
 esac
 echo "installing ${packages[*]} (apt-get${SUDO:+, with sudo})"

@@ -41,7 +41,7 @@ Tests/fuzz/run --time 20
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
-    openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2
+    openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2 paho-mqtt==2.2.0
 py=.build/venv/bin/python
 
 step "end-to-end against gattway --simulate"

@@ -6,28 +6,37 @@ extension Gateway {
     static let defaultConnectTimeout = 30.0
     static let maximumConnectTimeout = 300.0
 
+    /// A client's connect (REST, MQTT): `timeout` in seconds; kept connected as `autoReconnect`
+    /// (or `--auto-reconnect`) says.
+    func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> DeviceBody {
+        let timeout = timeout ?? Self.defaultConnectTimeout
+        guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
+            throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
+        }
+        let keep = autoReconnect ?? self.autoReconnect
+        // Kept from now on, even if this attempt fails: the central tries again.
+        if keep { restoration.kept(id, true) }
+        return DeviceBody(try await autoConnections.clientConnects(id) { () async throws(BLEError) in
+            try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
+        })
+    }
+
+    /// A client's disconnect (REST, MQTT): no longer kept connected either.
+    func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> DeviceBody {
+        restoration.kept(id, false)
+        return DeviceBody(try await autoConnections.clientDisconnects(id) { () async throws(BLEError) in
+            try await self.central.disconnect(id)
+        })
+    }
+
     func addGATTRoutes(to router: Router) {
         let device = "/v1/devices/{id}"
         router.add("POST", device + "/connect", handle { request in
-            let id = try Self.deviceID(request)
             let body = try JSON.decode(ConnectRequest.self, from: request.body)
-            let timeout = body.timeout ?? Self.defaultConnectTimeout
-            guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
-                throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
-            }
-            let keep = body.autoReconnect ?? self.autoReconnect
-            // Kept from now on, even if this attempt fails: the central tries again.
-            if keep { self.restoration.kept(id, true) }
-            return DeviceBody(try await self.autoConnections.clientConnects(id) { () async throws(BLEError) in
-                try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
-            })
+            return try await self.connect(try Self.deviceID(request), timeout: body.timeout, autoReconnect: body.autoReconnect)
         })
         router.add("POST", device + "/disconnect", handle { request in
-            let id = try Self.deviceID(request)
-            self.restoration.kept(id, false)
-            return DeviceBody(try await self.autoConnections.clientDisconnects(id) { () async throws(BLEError) in
-                try await self.central.disconnect(id)
-            })
+            try await self.disconnect(try Self.deviceID(request))
         })
         // Every route below uses the device: a device gattway connected on its own is not idle meanwhile.
         router.add("GET", device + "/gatt", usingDevice { request in

@@ -70,6 +70,8 @@ struct SensorBody: Encodable {
     /// Present (true) when the device has not been heard for `--stale-after`, as in its device entry.
     var stale: Bool?
     var reading: SensorReading
+    /// The gateway that heard it (`--gateway-id`), in what the MQTT bridge publishes.
+    var gateway: String?
 
     init(_ info: PeripheralInfo, _ current: SensorBoard.Current, now: Date) {
         id = info.id.description

@@ -16,6 +16,8 @@ final class StreamClient: Sendable {
     enum Transport: Sendable {
         case serverSentEvents(StreamBody)
         case webSocket(WebSocket)
+        /// In-process: every event is handed over as it comes (the MQTT bridge), which bounds its own queue.
+        case sink(EventSink)
     }
 
     let id: Int
@@ -64,6 +66,7 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.onWritable { [weak self] in self?.flush() }
         case .webSocket(let socket): socket.onWritable { [weak self] in self?.flush() }
+        case .sink: break
         }
     }
 
@@ -112,6 +115,11 @@ final class StreamClient: Sendable {
                 let message = ClientEvent(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
                                       sequence: sequence, subscription: named || !name.isEmpty ? subscription.field : [],
                                       sse: isSSE)
+                if case .sink(let sink) = transport {
+                    sink.deliver(event, name, message.bytes)
+                    counters?.delivered.add(1, ordering: .relaxed)
+                    continue
+                }
                 // Straight into the transport's buffer when nothing waits; a copy only to queue.
                 if s.waiting == 0 && s.dropped == 0 && write(message) {
                     s.droppedInARow = 0
@@ -147,6 +155,7 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.flush()
         case .webSocket(let socket): socket.flush()
+        case .sink: break
         }
     }
 
@@ -164,6 +173,7 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.close()
         case .webSocket(let socket): socket.close(code: 1008, reason: "too slow: events were dropped")
+        case .sink: break
         }
     }
 
@@ -213,6 +223,7 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.capacityBytes - body.bufferedBytes
         case .webSocket(let socket): socket.sendBufferCapacity - socket.bufferedBytes
+        case .sink: Int.max / 2
         }
     }
 
@@ -220,6 +231,7 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.write(message)
         case .webSocket(let socket): socket.sendText(utf8: message)
+        case .sink(let sink): sink.notice(message)
         }
     }
 
@@ -228,10 +240,25 @@ final class StreamClient: Sendable {
         switch transport {
         case .serverSentEvents(let body): body.write(count: message.count, flush: false) { message.write(into: &$0) }
         case .webSocket(let socket): socket.sendText(count: message.count, flush: false) { message.write(into: &$0) }
+        case .sink(let sink): sink.notice(message.bytes)
         }
     }
 
     private var isSSE: Bool {
         if case .serverSentEvents = transport { true } else { false }
+    }
+}
+
+/// Where a `.sink` client's events go: the event (nil for a `dropped` notice), the name of the
+/// subscription that selected it, and its JSON as a WebSocket client would get it. Called on the
+/// hub's thread: it must not wait.
+final class EventSink: Sendable {
+    let deliver: @Sendable (HubEvent?, String, [UInt8]) -> Void
+    init(_ deliver: @escaping @Sendable (HubEvent?, String, [UInt8]) -> Void) { self.deliver = deliver }
+
+    /// A message that is not one event (a `dropped` notice); always taken.
+    func notice(_ json: [UInt8]) -> Bool {
+        deliver(nil, "", json)
+        return true
     }
 }

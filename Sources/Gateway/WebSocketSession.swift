@@ -53,6 +53,8 @@ final class WebSocketSession: Sendable {
         var format: String?
         var length: Int?
         var written: Int?
+        /// A connect's or disconnect's outcome (MQTT commands): the device's `state`.
+        var state: String?
         var error: ErrorBody.Content?
     }
 
@@ -73,7 +75,7 @@ final class WebSocketSession: Sendable {
         }
     }
 
-    private func run(_ command: Command) async throws -> Reply {
+    func run(_ command: Command) async throws -> Reply {
         switch command.op {
         case "subscribe":
             let selection = try Gateway.selection(types: command.types?.joined(separator: ","), device: command.device,

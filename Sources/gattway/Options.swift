@@ -1,4 +1,6 @@
+import Gateway
 import Glibc
+import MQTT
 
 /// Command-line and environment configuration.
 struct Options {
@@ -41,6 +43,14 @@ struct Options {
     /// `--watch` / `--no-watch`; nil: watch when simulating (the demo shows its sensors at once).
     var watch: Bool?
     var watchAtStart: Bool { watch ?? (simulate != nil) }
+    /// The MQTT bridge (`--mqtt`): the broker, TLS files, this gateway's id (nil: the host
+    /// name) and the topic prefix.
+    var mqtt: BrokerURL?
+    var mqttCA: String?
+    var mqttCertificate: String?
+    var mqttKey: String?
+    var gatewayID: String?
+    var mqttPrefix = "gattway"
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -67,7 +77,7 @@ struct Options {
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
     Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
-                   [--tls-cert FILE --tls-key FILE]
+                   [--tls-cert FILE --tls-key FILE] [--mqtt URL [--gateway-id ID] [--mqtt-prefix P]]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -153,6 +163,21 @@ struct Options {
                            (chain, leaf first) and the PEM private key of --tls-key (not
                            encrypted); both or neither. Read once at start
       --tls-key FILE
+      --mqtt URL           also publish to an MQTT broker and take commands from it:
+                           mqtt://[user:password@]host[:port] (default port 1883), or
+                           mqtts://... (TLS, default port 8883). Availability (retained, with
+                           a last will), sensors, devices, events, Home Assistant discovery;
+                           commands on PREFIX/ID/command. MQTT 5, or 3.1.1 when the broker
+                           has no 5. Reconnects with backoff (1-30 s); while away at most
+                           1024 messages wait, the oldest dropped first. See README.md
+      --mqtt-ca FILE       mqtts: the CA certificates (PEM) that sign the broker's (default:
+                           the system's)
+      --mqtt-cert FILE     mqtts: a client certificate (PEM), with the unencrypted key of
+      --mqtt-key FILE      --mqtt-key; both or neither
+      --gateway-id ID      this gateway's name in topics and in Home Assistant: 1-64 letters,
+                           digits, -, _ or . (default: the host name)
+      --mqtt-prefix P      the topic levels the gateway publishes under (default gattway):
+                           P/ID/availability, P/ID/sensors/ADDRESS, ...
       --help               this text
       --version            the version
 
@@ -160,7 +185,8 @@ struct Options {
       DBUS_SYSTEM_BUS_ADDRESS   the system bus to find BlueZ on (default unix:path=/run/dbus/system_bus_socket)
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
-      GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY
+      GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
+      GATTWAY_MQTT, GATTWAY_GATEWAY_ID
                                 defaults for the options above; flags win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
@@ -192,6 +218,8 @@ struct Options {
             }
             if let file = environment("GATTWAY_TLS_CERT"), !file.isEmpty { options.tlsCertificate = file }
             if let file = environment("GATTWAY_TLS_KEY"), !file.isEmpty { options.tlsKey = file }
+            if let url = environment("GATTWAY_MQTT"), !url.isEmpty { try options.setMQTT(url) }
+            if let id = environment("GATTWAY_GATEWAY_ID"), !id.isEmpty { options.gatewayID = id }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -265,6 +293,12 @@ struct Options {
                 case "--sensor-keys": options.sensorKeysFile = try value()
                 case "--tls-cert": options.tlsCertificate = try value()
                 case "--tls-key": options.tlsKey = try value()
+                case "--mqtt": try options.setMQTT(try value())
+                case "--mqtt-ca": options.mqttCA = try value()
+                case "--mqtt-cert": options.mqttCertificate = try value()
+                case "--mqtt-key": options.mqttKey = try value()
+                case "--gateway-id": options.gatewayID = try value()
+                case "--mqtt-prefix": options.mqttPrefix = try value()
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
@@ -274,6 +308,17 @@ struct Options {
             }
             guard (options.tlsCertificate == nil) == (options.tlsKey == nil) else {
                 throw UsageError("--tls-cert and --tls-key go together: give both or neither")
+            }
+            guard (options.mqttCertificate == nil) == (options.mqttKey == nil) else {
+                throw UsageError("--mqtt-cert and --mqtt-key go together: give both or neither")
+            }
+            if options.mqtt?.tls != true && (options.mqttCA != nil || options.mqttCertificate != nil) {
+                throw UsageError("--mqtt-ca, --mqtt-cert and --mqtt-key are for an mqtts:// broker")
+            }
+            do {
+                _ = try BridgeTopics(prefix: options.mqttPrefix, gatewayID: options.gatewayID ?? "gattway")
+            } catch {
+                throw UsageError(error.description)
             }
         } catch let error as UsageError {
             return .exit(code: 2, message: "gattway: \(error.message)\nTry gattway --help.")
@@ -295,6 +340,19 @@ struct Options {
             throw UsageError("\(flag) takes a number from \(range.lowerBound) to \(range.upperBound)")
         }
         return n
+    }
+
+    private mutating func setMQTT(_ text: String) throws {
+        do {
+            mqtt = try BrokerURL(parsing: text)
+        } catch {
+            throw UsageError("--mqtt: \(error.description)")
+        }
+    }
+
+    /// The bridge's topics: `--gateway-id`, else the host name made into an id.
+    func bridgeTopics(hostName: String) throws -> BridgeTopics {
+        try BridgeTopics(prefix: mqttPrefix, gatewayID: gatewayID ?? BridgeTopics.gatewayID(fromHostName: hostName))
     }
 
     private mutating func setListen(_ text: String) throws {

@@ -283,6 +283,8 @@ func run(_ options: Options) async -> Int32 {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
     }
+    let mqtt = startBridge(options, gateway: gateway)
+    if options.mqtt != nil && mqtt == nil { server.stop(); central.close(); simulation?.stop(); return 2 }
     let scheme = tls == nil ? "http" : "https"
     log("gattway \(gattwayVersion) listening on \(scheme)://\(urlHost(options.host)):\(server.port)")
     // A wildcard address is no place to browse to; loopback is one of the addresses it covers.
@@ -291,6 +293,11 @@ func run(_ options: Options) async -> Int32 {
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
+    if let mqtt {
+        // Offline by choice: said before leaving, so the last will is not needed.
+        await mqtt.bridge.stop()
+        mqtt.client.stop(after: (mqtt.bridge.topics.availability, BridgeTopics.offline, true))
+    }
     server.stop()
     _ = try? await central.stopScan()
     _ = try? await central.stopWatch()

@@ -1,0 +1,350 @@
+import CMosquitto
+import Dispatch
+import Glibc
+import Synchronization
+
+/// A message the broker delivered, with the MQTT 5 request/response properties when it had them.
+public struct Message: Sendable {
+    public var topic: String
+    public var payload: [UInt8]
+    public var retain: Bool
+    /// MQTT 5 Response Topic: where the sender wants the answer.
+    public var responseTopic: String?
+    /// MQTT 5 Correlation Data: to be sent back with the answer.
+    public var correlationData: [UInt8]?
+}
+
+public struct MQTTError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ what: String, _ rc: Int32) { description = "\(what): \(String(cString: mosquitto_strerror(rc)))" }
+    init(_ description: String) { self.description = description }
+}
+
+/// One connection to a broker, over libmosquitto's threaded loop.
+///
+/// - Connecting: MQTT 5 first; a broker that refuses the protocol version gets 3.1.1 on the next
+///   attempt. libmosquitto's loop thread reconnects after a lost connection, waiting
+///   `reconnectDelay` × 1, 4, 9, ... (its "exponential" backoff) up to `reconnectDelayMax`; after
+///   the errors that end its loop (a refused CONNACK, TLS, authentication) a new loop is started
+///   after the same delays. Subscriptions are made again on
+///   every connection (the session is clean), then `connected` runs: the place to publish what
+///   retained state the broker should have again.
+/// - While disconnected, `publish` queues at most `offlineLimit` messages; past it the oldest is
+///   dropped and counted (`dropped`). The queue is sent, oldest first, before `connected` runs.
+/// - The last will (`Configuration.will`) is what the broker publishes when the connection ends
+///   without a DISCONNECT (the process was killed, the network went away).
+/// Callbacks run on libmosquitto's thread: keep them short.
+public final class MQTTClient: @unchecked Sendable {
+    // @unchecked: `handle` is libmosquitto's client, which is thread-safe for publish, subscribe
+    // and disconnect while its loop thread runs (`mosquitto_loop_start`); everything else is in `state`.
+
+    public struct Will: Sendable {
+        public var topic: String
+        public var payload: [UInt8]
+        public var retain: Bool
+        public init(topic: String, payload: [UInt8], retain: Bool = true) {
+            self.topic = topic
+            self.payload = payload
+            self.retain = retain
+        }
+    }
+
+    public struct Configuration: Sendable {
+        public var url: BrokerURL
+        public var clientID: String
+        public var keepAliveSeconds: Int32 = 30
+        public var will: Will?
+        /// TLS (`mqtts://`): the CA certificates to trust (PEM), and an optional client certificate and key.
+        public var caFile: String?
+        public var certificateFile: String?
+        public var keyFile: String?
+        public var reconnectDelay: UInt32 = 1
+        public var reconnectDelayMax: UInt32 = 30
+        public var offlineLimit = 1024
+
+        public init(url: BrokerURL, clientID: String) {
+            self.url = url
+            self.clientID = clientID
+        }
+    }
+
+    /// What the client reports, on libmosquitto's thread.
+    public final class Handlers: Sendable {
+        let connected: @Sendable (_ protocolVersion: Int) -> Void
+        let disconnected: @Sendable (_ reason: String) -> Void
+        let message: @Sendable (Message) -> Void
+
+        public init(connected: @escaping @Sendable (Int) -> Void, disconnected: @escaping @Sendable (String) -> Void,
+                    message: @escaping @Sendable (Message) -> Void) {
+            self.connected = connected
+            self.disconnected = disconnected
+            self.message = message
+        }
+    }
+
+    private struct Outgoing {
+        var topic: String
+        var payload: [UInt8]
+        var qos: Int32
+        var retain: Bool
+        var responseTopic: String?
+        var correlationData: [UInt8]?
+    }
+
+    private struct State {
+        var handlers: Handlers?
+        var connected = false
+        var version = gw_mqtt_v5
+        var subscriptions: [(filter: String, qos: Int32)] = []
+        var offline: [Outgoing] = []
+        var dropped = 0
+        var stopped = false
+        /// `stop`'s last message, and who waits for the broker's PUBACK of it.
+        var finalMessage: Int32?
+        var finalAcknowledged: DispatchSemaphore?
+        var acknowledgedAfterStop: Set<Int32> = []
+        /// Loop threads started again after an error that ends libmosquitto's, since the last connection.
+        var restarts: UInt32 = 0
+    }
+
+    public let configuration: Configuration
+    private let handle: OpaquePointer
+    private let state = Mutex(State())
+
+    public init(_ configuration: Configuration) throws(MQTTError) {
+        self.configuration = configuration
+        mosquitto_lib_init()
+        guard let handle = mosquitto_new(configuration.clientID, true, nil) else {
+            throw MQTTError("cannot make an MQTT client (out of memory, or an empty client id)")
+        }
+        self.handle = handle
+        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v5)
+        let url = configuration.url
+        if let user = url.user {
+            let rc = mosquitto_username_pw_set(handle, user, url.password)
+            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("user and password", rc) }
+        }
+        if url.tls {
+            let rc = mosquitto_tls_set(handle, configuration.caFile, configuration.caFile == nil ? "/etc/ssl/certs" : nil,
+                                       configuration.certificateFile, configuration.keyFile, nil)
+            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("TLS", rc) }
+        }
+        if let will = configuration.will {
+            let rc = will.payload.withUnsafeBytes {
+                mosquitto_will_set_v5(handle, will.topic, Int32($0.count), $0.baseAddress, 1, will.retain, nil)
+            }
+            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("last will", rc) }
+        }
+        mosquitto_reconnect_delay_set(handle, configuration.reconnectDelay, configuration.reconnectDelayMax, true)
+        mosquitto_connect_v5_callback_set(handle) { _, context, rc, _, _ in
+            guard let context else { return }
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didConnect(rc)
+        }
+        mosquitto_disconnect_v5_callback_set(handle) { _, context, rc, _ in
+            guard let context else { return }
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didDisconnect(rc)
+        }
+        mosquitto_publish_v5_callback_set(handle) { _, context, mid, _, _ in
+            guard let context else { return }
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didPublish(mid)
+        }
+        mosquitto_message_v5_callback_set(handle) { _, context, message, properties in
+            guard let context, let message else { return }
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee, properties)
+        }
+    }
+
+    deinit { mosquitto_destroy(handle) }
+
+    /// Starts the loop thread and the first connection attempt; a broker that cannot be reached
+    /// now is tried again with backoff.
+    public func start(_ handlers: Handlers) throws(MQTTError) {
+        state.withLock { $0.handlers = handlers }
+        let rc = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
+        if rc != MOSQ_ERR_SUCCESS.rawValue {
+            handlers.disconnected("first attempt: \(String(cString: mosquitto_strerror(rc))); trying again")
+        }
+        let loop = mosquitto_loop_start(handle)
+        guard loop == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError("loop thread", loop) }
+    }
+
+    /// Sends `final` (QoS 1) and waits at most `timeout` for the broker to acknowledge it, then
+    /// a DISCONNECT (so the last will is not published: `final` is what replaces it) and stops
+    /// the loop thread.
+    public func stop(after final: (topic: String, payload: [UInt8], retain: Bool)? = nil, timeout: Duration = .seconds(2)) {
+        let connected = state.withLock { s -> Bool in
+            s.stopped = true
+            return s.connected
+        }
+        if connected, let final {
+            let acknowledged = DispatchSemaphore(value: 0)
+            var mid: Int32 = 0
+            _ = final.payload.withUnsafeBytes {
+                mosquitto_publish_v5(handle, &mid, final.topic, Int32($0.count), $0.baseAddress, 1, final.retain, nil)
+            }
+            // The PUBACK may have come already (noted in `acknowledgedAfterStop`).
+            let already = state.withLock { s -> Bool in
+                s.finalMessage = mid
+                s.finalAcknowledged = acknowledged
+                return s.acknowledgedAfterStop.contains(mid)
+            }
+            if already { acknowledged.signal() }
+            let (seconds, attoseconds) = timeout.components
+            _ = acknowledged.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
+        }
+        _ = mosquitto_disconnect_v5(handle, 0, nil)
+        _ = mosquitto_loop_stop(handle, false)
+    }
+
+    public var isConnected: Bool { state.withLock { $0.connected } }
+    /// Messages dropped from the offline queue because it was full.
+    public var dropped: Int { state.withLock { $0.dropped } }
+    /// The protocol in use or to be tried next: 5 or 4 (3.1.1).
+    public var protocolVersion: Int { Int(state.withLock { $0.version }) }
+
+    /// Publishes now, or queues while disconnected. `responseTopic`/`correlationData` are
+    /// MQTT 5 properties, left out under 3.1.1.
+    public func publish(_ topic: String, _ payload: [UInt8], qos: Int = 0, retain: Bool = false,
+                        responseTopic: String? = nil, correlationData: [UInt8]? = nil) {
+        let message = Outgoing(topic: topic, payload: payload, qos: Int32(min(max(qos, 0), 2)), retain: retain,
+                               responseTopic: responseTopic, correlationData: correlationData)
+        let (now, version) = state.withLock { s -> (Bool, Int32) in
+            guard !s.stopped else { return (false, s.version) }
+            if s.connected { return (true, s.version) }
+            queue(message, &s)
+            return (false, s.version)
+        }
+        // The connection can end between the check and the call: then it waits like the others.
+        if now && send(message, version: version) == MOSQ_ERR_NO_CONN.rawValue {
+            state.withLock { queue(message, &$0) }
+        }
+    }
+
+    private func queue(_ message: Outgoing, _ s: inout State) {
+        s.offline.append(message)
+        if s.offline.count > configuration.offlineLimit {
+            s.offline.removeFirst()
+            s.dropped += 1
+        }
+    }
+
+    /// Subscribes now if connected, and again on every later connection.
+    public func subscribe(_ filter: String, qos: Int = 1) {
+        let connected = state.withLock { s -> Bool in
+            s.subscriptions.append((filter, Int32(qos)))
+            return s.connected
+        }
+        if connected { _ = mosquitto_subscribe_v5(handle, nil, filter, Int32(qos), 0, nil) }
+    }
+
+    // MARK: - On libmosquitto's thread
+
+    private func send(_ message: Outgoing, version: Int32) -> Int32 {
+        var properties: OpaquePointer?
+        defer { if properties != nil { mosquitto_property_free_all(&properties) } }
+        if version == gw_mqtt_v5 {
+            if let topic = message.responseTopic {
+                _ = mosquitto_property_add_string(&properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), topic)
+            }
+            if let data = message.correlationData {
+                _ = data.withUnsafeBytes {
+                    mosquitto_property_add_binary(&properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), $0.baseAddress,
+                                                  UInt16(clamping: $0.count))
+                }
+            }
+        }
+        return message.payload.withUnsafeBytes {
+            mosquitto_publish_v5(handle, nil, message.topic, Int32($0.count), $0.baseAddress, message.qos, message.retain, properties)
+        }
+    }
+
+    private func didConnect(_ rc: Int32) {
+        guard rc == 0 else {
+            // 132 (MQTT 5: unsupported protocol version) or 1 (3.1.1's): a broker without MQTT 5.
+            let fellBack = state.withLock { s -> Bool in
+                guard s.version == gw_mqtt_v5, rc == Int32(MQTT_RC_UNSUPPORTED_PROTOCOL_VERSION.rawValue) || rc == 1 else { return false }
+                s.version = gw_mqtt_v311
+                return true
+            }
+            if fellBack { _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v311) }
+            let reason = String(cString: mosquitto_reason_string(rc))
+            handlers?.disconnected("refused: \(reason)" + (fellBack ? "; trying MQTT 3.1.1" : ""))
+            return
+        }
+        let (subscriptions, queued, version, handlers) = state.withLock { s in
+            s.connected = true
+            s.restarts = 0
+            defer { s.offline = [] }
+            return (s.subscriptions, s.offline, s.version, s.handlers)
+        }
+        for subscription in subscriptions {
+            _ = mosquitto_subscribe_v5(handle, nil, subscription.filter, subscription.qos, 0, nil)
+        }
+        for message in queued { _ = send(message, version: version) }
+        handlers?.connected(Int(version))
+    }
+
+    private func didPublish(_ mid: Int32) {
+        state.withLock { s -> DispatchSemaphore? in
+            guard s.stopped else { return nil }
+            s.acknowledgedAfterStop.insert(mid)
+            return s.finalMessage == mid ? s.finalAcknowledged : nil
+        }?.signal()
+    }
+
+    private func didDisconnect(_ rc: Int32) {
+        let (handlers, stopped) = state.withLock { s in
+            s.connected = false
+            return (s.handlers, s.stopped)
+        }
+        guard !stopped else { return }
+        handlers?.disconnected(rc == 0 ? "disconnected" : "connection lost: \(String(cString: mosquitto_strerror(rc)))")
+        if Self.endsTheLoop.contains(rc) { restartLater() }
+    }
+
+    /// What makes `mosquitto_loop_forever` return instead of reconnecting (a refused CONNACK,
+    /// such as a broker without MQTT 5's, is reported as a protocol error).
+    private static let endsTheLoop: Set<Int32> = Set([
+        MOSQ_ERR_NOMEM, MOSQ_ERR_PROTOCOL, MOSQ_ERR_INVAL, MOSQ_ERR_NOT_FOUND, MOSQ_ERR_TLS, MOSQ_ERR_PAYLOAD_SIZE,
+        MOSQ_ERR_NOT_SUPPORTED, MOSQ_ERR_AUTH, MOSQ_ERR_ACL_DENIED, MOSQ_ERR_UNKNOWN, MOSQ_ERR_EAI, MOSQ_ERR_PROXY,
+    ].map { Int32($0.rawValue) })
+
+    /// A new loop thread and connection attempt, after the delay libmosquitto would have waited
+    /// (its loop thread is ending: this callback runs on it, so the restart runs elsewhere).
+    private func restartLater() {
+        let delay = state.withLock { s -> UInt32 in
+            s.restarts += 1
+            return min(configuration.reconnectDelay * s.restarts * s.restarts, configuration.reconnectDelayMax)
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(delay))) { [self] in
+            guard !state.withLock({ $0.stopped }) else { return }
+            _ = mosquitto_loop_stop(handle, false)  // joins the thread that ended
+            _ = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
+            _ = mosquitto_loop_start(handle)
+        }
+    }
+
+    private func didReceive(_ message: mosquitto_message, _ properties: OpaquePointer?) {
+        var responseTopic: String?
+        var correlationData: [UInt8]?
+        if let properties {
+            var text: UnsafeMutablePointer<CChar>?
+            if mosquitto_property_read_string(properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), &text, false) != nil, let text {
+                responseTopic = String(cString: text)
+                free(text)
+            }
+            var data: UnsafeMutableRawPointer?
+            var length: UInt16 = 0
+            if mosquitto_property_read_binary(properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), &data, &length, false) != nil, let data {
+                correlationData = Array(UnsafeRawBufferPointer(start: data, count: Int(length)))
+                free(data)
+            }
+        }
+        let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(message.payloadlen))) } ?? []
+        handlers?.message(Message(topic: String(cString: message.topic), payload: payload, retain: message.retain,
+                                  responseTopic: responseTopic, correlationData: correlationData))
+    }
+
+    private var handlers: Handlers? { state.withLock { $0.handlers } }
+}

@@ -1,0 +1,43 @@
+import Gateway
+import Glibc
+import MQTT
+
+/// The MQTT client is the bridge's broker: the same calls, under the protocol's names.
+extension MQTTClient: MessageBroker {}
+
+/// `--mqtt`: the client (with the bridge's availability as its last will) and the bridge, started;
+/// nil and a logged reason when the options cannot be used.
+func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, client: MQTTClient)? {
+    guard let url = options.mqtt else { return nil }
+    do {
+        let topics = try options.bridgeTopics(hostName: hostName())
+        var configuration = MQTTClient.Configuration(url: url, clientID: "gattway-\(topics.gatewayID)")
+        configuration.will = .init(topic: topics.availability, payload: BridgeTopics.offline, retain: true)
+        configuration.caFile = options.mqttCA
+        configuration.certificateFile = options.mqttCertificate
+        configuration.keyFile = options.mqttKey
+        let client = try MQTTClient(configuration)
+        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics, log: log)
+        bridge.start()
+        try client.start(MQTTClient.Handlers(
+            connected: { version in
+                log("mqtt: connected to \(url) (MQTT \(version == 5 ? "5" : "3.1.1")) as \(topics.base)")
+                bridge.brokerConnected()
+            },
+            disconnected: { reason in log("mqtt: \(url): \(reason)") },
+            message: { message in
+                bridge.received(BrokerMessage(topic: message.topic, payload: message.payload,
+                                              responseTopic: message.responseTopic, correlationData: message.correlationData))
+            }))
+        return (bridge, client)
+    } catch {
+        log("gattway: --mqtt: \(error)")
+        return nil
+    }
+}
+
+func hostName() -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, buffer.count - 1) == 0 else { return "gattway" }
+    return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

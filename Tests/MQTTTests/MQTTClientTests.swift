@@ -1,0 +1,19 @@
+import MQTT
+import Testing
+
+@Suite struct MQTTClientTests {
+    /// Not started, so never connected: every message waits, and the queue keeps the newest.
+    @Test func whileDisconnectedAtMostOfflineLimitMessagesWaitTheOldestDroppedFirst() throws {
+        var configuration = MQTTClient.Configuration(url: BrokerURL(host: "127.0.0.1", port: 9), clientID: "test-offline")
+        configuration.offlineLimit = 10
+        let client = try MQTTClient(configuration)
+        for n in 0..<25 { client.publish("t", Array("\(n)".utf8)) }
+        #expect(!client.isConnected)
+        #expect(client.dropped == 15)
+        #expect(client.protocolVersion == 5)
+    }
+
+    @Test func anEmptyClientIDIsRefused() {
+        #expect(throws: MQTTError.self) { try MQTTClient(.init(url: BrokerURL(host: "localhost"), clientID: "")) }
+    }
+}
