@@ -203,22 +203,8 @@ final class Restoration: Sendable {
         guard let state = loaded.withLock({ $0.take() }) else { return }
         log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? ", a scan" : "")
             + (state.watch != nil ? ", the watch" : ""))
-        if let watch = state.watch {
-            do {
-                _ = try await central.startWatch(try watch.options())
-                note("watch", "watch", "restored")
-            } catch {
-                note("watch", "watch", "failed", error)
-            }
-        }
-        if let scan = state.scan {
-            do {
-                _ = try await central.startScan(try scan.options())
-                note("scan", "scan", "restored")
-            } catch {
-                note("scan", "scan", "failed", error)
-            }
-        }
+        if let watch = state.watch { await ask("watch") { _ = try await central.startWatch(try watch.options()) } }
+        if let scan = state.scan { await ask("scan") { _ = try await central.startScan(try scan.options()) } }
         for hold in state.holds {
             guard let id = BluetoothAddress(hold.device), let selector = AttributeSelector(hold.characteristic),
                   case .handle(let handle) = selector else {
@@ -283,6 +269,16 @@ final class Restoration: Sendable {
                 }
                 break
             }
+        }
+    }
+
+    /// Asks for the watch or the scan again, noting how it went.
+    private func ask(_ kind: String, _ start: () async throws -> Void) async {
+        do {
+            try await start()
+            note(kind, kind, "restored")
+        } catch {
+            note(kind, kind, "failed", error)
         }
     }
 
