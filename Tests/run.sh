@@ -29,8 +29,24 @@ swift build --build-tests
 bin="$(swift build --show-bin-path)"
 
 step "swift test"
-swift test --skip-build > .build/swift-test.log 2>&1 || true
+# Bounded (the whole run takes about 15 s): a test that waits for ever fails the run, named.
+rc=0
+timeout -k 10 300 swift test --skip-build > .build/swift-test.log 2>&1 || rc=$?
+pkill -f "$root/.build/.*/gattwayPackageTests.xctest" 2>/dev/null || true  # what a timeout left behind
 grep -E '^(✘|✔ Test run with|Test run with|error:)|: error:' .build/swift-test.log || true
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "FAILED: swift test did not end within 5 minutes; tests started and never ended:" >&2
+    python3 - .build/swift-test.log <<'PY' >&2
+import re, sys
+lines = open(sys.argv[1], errors="replace").read().split("\n")
+ended = "\n".join(l for l in lines if l[:1] in "✔✘")
+for l in lines:
+    m = re.match(r"^◇ Test (.+) started\.$", l)
+    if m and not l.startswith("◇ Test case") and m.group(1) != "run" and f"Test {m.group(1)} " not in ended:
+        print("  " + m.group(1))
+PY
+    exit 1
+fi
 grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail -80 .build/swift-test.log; exit 1; }
 
 step "fuzzing (bounded)"

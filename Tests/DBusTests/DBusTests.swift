@@ -193,16 +193,42 @@ private let roundTrips: [(String, Value)] = [
         let fixture = try Fixture()
         let (stream, continuation) = AsyncStream.makeStream(of: Message.self)
         try await fixture.client.subscribe(MatchRule(interface: "io.gattway.Test", member: "WithFD")) { continuation.yield($0) }
-        var iterator = stream.makeAsyncIterator()
+        // A descriptor of the test's own (not stdin, which CI may have closed or redirected).
+        var ends: [Int32] = [-1, -1]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        let sent = ends[0]
         let before = openDescriptors()
-        for _ in 0..<500 {
-            try fixture.server.send(.signal(path: ObjectPath("/x")!, interface: "io.gattway.Test", member: "WithFD", [.unixFD(0)]))
-            let got = await iterator.next()
-            #expect(got?.signature == "h")
+        // Bounded: a signal that never arrives fails the test instead of hanging the run.
+        let received = try await within(.seconds(30), "500 signals with a descriptor") {
+            var iterator = stream.makeAsyncIterator()
+            var received = 0
+            for _ in 0..<500 {
+                try fixture.server.send(.signal(path: ObjectPath("/x")!, interface: "io.gattway.Test", member: "WithFD", [.unixFD(sent)]))
+                guard let got = await iterator.next() else { break }
+                if got.signature == "h" { received += 1 }
+            }
+            return received
         }
+        #expect(received == 500)
         // Each received descriptor was a duplicate; none may be left open. Other suites run
         // alongside and open a few of their own: 500 leaked would show, a few dozen is noise.
         #expect(openDescriptors() - before < 100)
+    }
+
+    private struct TimedOut: Error, CustomStringConvertible {
+        let what: String
+        var description: String { "timed out waiting for \(what)" }
+    }
+
+    private func within<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask { try await Task.sleep(for: limit); return nil }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw TimedOut(what: what) }
+            return value
+        }
     }
 }
 
