@@ -8,8 +8,8 @@ import Synchronization
 @testable import DBus
 @testable import Gateway
 
-// The JSON a client sends, as the gateway reads it: `POST /v1/scan`, `POST …/connect` and
-// `PUT …/characteristics/{char}/value` through the real router, and WebSocket commands through
+// The JSON a client sends, as the gateway reads it: `POST /v1/scan`, `PUT /v1/watch`,
+// `POST …/connect` and `PUT …/characteristics/{char}/value` through the real router, and WebSocket commands through
 // a real session, over a central that checks what reaches it. Input: a byte choosing the body,
 // (for a write, the `{char}` text,) then the body.
 //
@@ -18,15 +18,17 @@ import Synchronization
 //   status is the error's in the table (HTTPStatus), never a trap;
 // - a scan the gateway passes on and the central accepts (`validate`, as BlueZ's does) builds
 //   a SetDiscoveryFilter call libdbus takes, and reads back unchanged from the shape
-//   `GET /v1/scan` reports it in;
+//   `GET /v1/scan` reports it in; so does a watch (alone, and beside a scan), from the shape
+//   `GET /v1/watch` reports;
 // - a connect's timeout is within (0, 300] s; a written value reads back from its format;
 // - a WebSocket reply is `ack`, `result` or `error`, carries the command's id when it had one,
 //   and a socket that ends leaves no notification held.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzInput(data, size)
-    switch input.choice(4) {
+    switch input.choice(5) {
     case 0: post("/v1/scan", input.rest())
+    case 4: post("/v1/watch", input.rest(), method: "PUT")
     case 1: post("/v1/devices/\(Probe.device)/connect", input.rest())
     case 2:
         // A `/` would make it another route; the path's own decoding has its target in `names`.
@@ -122,14 +124,32 @@ final class Probe: Central {
     func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
         called("startScan")
         try options.validate()
-        let call = Message.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
-                                      member: "SetDiscoveryFilter", [.stringVariantDictionary(Scanner.filter(options))])
-        do { dbus_message_unref(try Marshal.build(call)) } catch { require(false, "the discovery filter for \(options) is refused: \(error)") }
+        discoveryFilter(scan: options, watch: nil)
         let reported = JSON.encode(ScanRequest(options))
         let again = try? JSON.decode(ScanRequest.self, from: reported).options()
         require(again == options, "\(options) reads back from \(String(decoding: reported, as: UTF8.self)) as \(String(describing: again))")
         return ScanStatus(scanning: true, options: options, startedAt: nil, stopsAt: nil, discovered: 0)
     }
+    func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
+        called("startWatch")
+        try options.validate()
+        discoveryFilter(scan: nil, watch: options)
+        discoveryFilter(scan: ScanOptions(rssi: -70), watch: options)
+        let reported = JSON.encode(WatchRequest(options))
+        let again = try? JSON.decode(WatchRequest.self, from: reported).options()
+        require(again == options, "\(options) reads back from \(String(decoding: reported, as: UTF8.self)) as \(String(describing: again))")
+        return WatchStatus(watching: true, options: options, since: nil, discovering: true, devices: 0)
+    }
+
+    /// The SetDiscoveryFilter call the scanner would make libdbus takes.
+    private func discoveryFilter(scan: ScanOptions?, watch: WatchOptions?) {
+        let call = Message.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                      member: "SetDiscoveryFilter", [.stringVariantDictionary(Scanner.filter(scan: scan, watch: watch))])
+        do { dbus_message_unref(try Marshal.build(call)) } catch {
+            require(false, "the discovery filter for \(String(describing: scan)) and \(String(describing: watch)) is refused: \(error)")
+        }
+    }
+
     func stopScan() async throws(BLEError) -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func scanStatus() async -> ScanStatus { ScanStatus(scanning: false, options: nil, startedAt: nil, stopsAt: nil, discovered: 0) }
     func peripherals() async -> [PeripheralInfo] { [] }
