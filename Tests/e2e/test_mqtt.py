@@ -246,8 +246,20 @@ EXPECTED = {  # (component, device_class, unit) Home Assistant expects for the s
 }
 
 
-def test_home_assistant_discovery_has_what_it_requires_and_no_duplicates_across_gateways(broker, two):
+@pytest.fixture
+def two_heard_from_the_start(broker):
+    """A client subscribed to discovery before two gateways start: with the watch (implied by
+    --simulate) they announce their sensors within a second of starting, before a client
+    subscribed after them would hear it live."""
     live = Client(broker, "homeassistant/#")
+    gateways = [start_gateway(broker, "gw-a"), start_gateway(broker, "gw-b")]
+    yield live, gateways
+    for gw in gateways:
+        gw.stop()
+
+
+def test_home_assistant_discovery_has_what_it_requires_and_no_duplicates_across_gateways(broker, two_heard_from_the_start):
+    live, two = two_heard_from_the_start
     expected_topics = {f"homeassistant/{c}/{u}/config" for u, (c, _, _) in EXPECTED.items()}
 
     def announced_by_both():
