@@ -126,15 +126,9 @@ final class Scanner: Sendable {
             throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
         }
         let adapter = try link.usableAdapter()
-        let watch = scan.withLock { $0.watch?.options }
-        try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
-
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
-        // side believes; InProgress means this connection still discovers.
-        do {
-            try await adapterCall(adapter, "StartDiscovery")
-        } catch where error.detail?.contains("InProgress") == true {
-        }
+        // side believes.
+        try await discover(adapter, filter: Self.filter(scan: options, watch: scan.withLock { $0.watch?.options }))
         let now = Date()
         let (status, generation) = scan.withLock { s -> (ScanStatus, Int) in
             s.generation += 1
@@ -202,12 +196,7 @@ final class Scanner: Sendable {
             // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
             // (off, bluetoothd away) the discovery starts when it is.
             do throws(BLEError) {
-                let adapter = try self.link.usableAdapter()
-                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: scanOptions, watch: options))])
-                do throws(BLEError) {
-                    try await self.adapterCall(adapter, "StartDiscovery")
-                } catch where error.detail?.contains("InProgress") == true {
-                }
+                try await self.discover(try self.link.usableAdapter(), filter: Self.filter(scan: scanOptions, watch: options))
             } catch {
                 self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
             }
@@ -281,11 +270,7 @@ final class Scanner: Sendable {
                 guard wanted else { return }
                 let adapter = try self.link.usableAdapter()
                 guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
-                try await self.adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
-                do throws(BLEError) {
-                    try await self.adapterCall(adapter, "StartDiscovery")
-                } catch where error.detail?.contains("InProgress") == true {
-                }
+                try await self.discover(adapter, filter: Self.filter(scan: options, watch: watch))
                 self.restarts.withLock { $0.count += 1; $0.failures = 0 }
                 self.log((options.map { "scan started again: \(Self.describe($0))" } ?? "discovery started again")
                          + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" } ?? ""))
@@ -294,6 +279,16 @@ final class Scanner: Sendable {
             // Not usable yet (powered off, no bluetoothd): a state change starts it; else try later.
             restarts.withLock { $0.failures += 1 }
             if link.status().state == .poweredOn { discoveryEnded("starting it again failed: \(error.message)") }
+        }
+    }
+
+    /// SetDiscoveryFilter (when given), then StartDiscovery; InProgress means this connection
+    /// discovers already.
+    private func discover(_ adapter: ObjectPath, filter: [(String, Value)]?) async throws(BLEError) {
+        if let filter { try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) }
+        do {
+            try await adapterCall(adapter, "StartDiscovery")
+        } catch where error.detail?.contains("InProgress") == true {
         }
     }
 
@@ -328,15 +323,17 @@ final class Scanner: Sendable {
     static func describe(_ options: WatchOptions) -> String {
         var parts: [String] = []
         if !options.devices.isEmpty { parts.append("devices=" + options.devices.map(\.description).joined(separator: ",")) }
-        if !options.services.isEmpty { parts.append("services=" + options.services.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",")) }
+        if !options.services.isEmpty { parts.append("services=" + shortList(options.services)) }
         if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
         if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
         return parts.isEmpty ? "every device" : parts.joined(separator: " ")
     }
 
+    private static func shortList(_ uuids: [BluetoothUUID]) -> String { uuids.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",") }
+
     static func describe(_ options: ScanOptions) -> String {
         var parts: [String] = []
-        if !options.services.isEmpty { parts.append("services=" + options.services.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",")) }
+        if !options.services.isEmpty { parts.append("services=" + shortList(options.services)) }
         if let name = options.name { parts.append("name=\(name)") }
         if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
         if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
@@ -378,10 +375,7 @@ final class Scanner: Sendable {
         log("discovery started to find devices to reconnect")
         do {
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-                do throws(BLEError) {
-                    try await self.adapterCall(adapter, "StartDiscovery")
-                } catch where error.detail?.contains("InProgress") == true {
-                }
+                try await self.discover(adapter, filter: nil)
             }
         } catch {
             log("cannot start discovery to reconnect: \(error)")
@@ -451,16 +445,22 @@ final class Scanner: Sendable {
         let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
         let (report, watched) = scan.withLock { s -> (Report?, Bool) in
             guard s.discovering else { return (nil, false) }
-            let name = DeviceProperties.name(props), rssi = DeviceProperties.rssi(props)
-            let advertisement = DeviceProperties.advertisement(props)
+            // Parsed only for a device the scan or the watch does not follow yet, once.
+            var parsed: (name: String?, rssi: Int?, advertisement: AdvertisementData)?
+            func fields() -> (name: String?, rssi: Int?, advertisement: AdvertisementData) {
+                if let parsed { return parsed }
+                let f = (DeviceProperties.name(props), DeviceProperties.rssi(props), DeviceProperties.advertisement(props))
+                parsed = f
+                return f
+            }
             var watched = false
             if let options = s.watch?.options, s.watch?.heard[address] != nil
-                || options.matches(address, name: name, rssi: rssi, advertisement: advertisement) {
+                || options.matches(address, name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
                 watched = s.watch?.hear(address, snapshot, at: now) == true || dataChanged
             }
             guard s.scanning, let options = s.options else { return (nil, watched) }
             let known = s.seen[address] != nil
-            if known || options.matches(name: name, rssi: rssi, advertisement: advertisement) {
+            if known || options.matches(name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
                 s.seen[address] = now
                 s.last[address] = snapshot
                 if !known || options.allowDuplicates { return (.discovered, watched) }
