@@ -96,7 +96,9 @@ public final class Gateway: Sendable {
     /// `--watch`: starts watching every device, unless the state file restores a watch (with
     /// its own filters). Not recorded in the state file: the flag says it at every start.
     public func watchAtStart() async {
-        guard !restoration.restoresAWatch else { return }
+        // What is kept (read from the state file at start): `restore`, which ran first, has
+        // consumed the file itself.
+        guard restoration.current.watch == nil else { return }
         // No options to refuse; an adapter that is not usable yet only delays the discovery.
         _ = try? await central.startWatch(WatchOptions())
     }

@@ -99,9 +99,6 @@ final class Restoration: Sendable {
         change { $0.watch = request }
     }
 
-    /// Whether the state file asks for a watch (which `restore` starts).
-    var restoresAWatch: Bool { loaded.withLock { $0?.watch != nil } }
-
     private func change(_ body: (inout Desired) -> Void) {
         guard file != nil else { return }
         let (before, after) = desired.withLock { d -> (Desired, Desired) in

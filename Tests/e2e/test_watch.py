@@ -155,9 +155,16 @@ def test_a_watch_put_by_a_client_is_restored_at_start_and_the_flag_one_is_not(tm
         assert wait_for(lambda: set(listed(again)) == {"F0:00:00:00:00:0B"}, 3), listed(again).keys()
         items = again.get("/v1/restoration")[1]["restored"]
         assert {"kind": "watch", "target": "watch", "result": "restored"} in items, items
-        assert again.delete("/v1/watch")[0] == 200
     finally:
         again.stop()
+    # --watch does not replace a restored watch's filters.
+    flagged = Gateway(["--simulate", "--watch", "--state-dir", state])
+    try:
+        assert wait_for(lambda: flagged.get("/v1/restoration")[1]["restored"], 3)
+        assert flagged.get("/v1/watch")[1]["filters"] == {"devices": ["F0:00:00:00:00:0B"]}
+        assert flagged.delete("/v1/watch")[0] == 200
+    finally:
+        flagged.stop()
     # Stopped by a client: not restored; a --watch start is not recorded.
     third = Gateway(["--simulate", "--watch", "--state-dir", state])
     try:
