@@ -13,8 +13,9 @@ case "${1:-}" in
     "")
         # test: python3-venv (pytest, bleak, playwright), bluez (bleak asks `bluetoothctl
         # --version`), curl and jq (the README's polling examples), chromium (the browser
-        # tests), openssl (the TLS tests make their certificates), mosquitto (the MQTT tests' broker).
-        packages+=(python3-venv bluez curl jq chromium openssl mosquitto) ;;
+        # tests), openssl (the TLS tests make their certificates), mosquitto (the MQTT tests' broker),
+        # docker-compose (Docker/compose.mqtt.yaml run as it is, with ../shared/dockerlab).
+        packages+=(python3-venv bluez curl jq chromium openssl mosquitto docker-compose) ;;
     *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
 esac
 echo "installing ${packages[*]} (apt-get${SUDO:+, with sudo})"
