@@ -110,10 +110,7 @@ struct WatchRequest: Codable, Equatable, Sendable, StrictDecodable {
     func options() throws(BLEError) -> WatchOptions {
         var options = WatchOptions(namePrefix: namePrefix, rssi: rssi)
         for (i, text) in (devices ?? []).enumerated() {
-            guard let address = BluetoothAddress(text) else {
-                throw BLEError(.invalidParameters, "devices[\(i)]: \"\(text)\" is not a Bluetooth address (AA:BB:CC:DD:EE:FF)")
-            }
-            options.devices.append(address)
+            options.devices.append(try Parse.address(text, field: "devices[\(i)]"))
         }
         for (i, text) in (services ?? []).enumerated() {
             options.services.append(try Parse.uuid(text, field: "services[\(i)]"))

@@ -226,9 +226,13 @@ enum Parse {
         return uuid
     }
 
-    static func address(_ text: String) throws(BLEError) -> BluetoothAddress {
+    /// A device id in a path (no field: the message says what it is), or an address in a body's field.
+    static func address(_ text: String, field: String? = nil) throws(BLEError) -> BluetoothAddress {
         guard let address = BluetoothAddress(text) else {
-            throw BLEError(.invalidParameters, "\"\(text)\" is not a device id; use the address, AA:BB:CC:DD:EE:FF")
+            guard let field else {
+                throw BLEError(.invalidParameters, "\"\(text)\" is not a device id; use the address, AA:BB:CC:DD:EE:FF")
+            }
+            throw BLEError(.invalidParameters, "\(field): \"\(text)\" is not a Bluetooth address (AA:BB:CC:DD:EE:FF)")
         }
         return address
     }
