@@ -4,6 +4,7 @@ heart rate, a write echoed by the serial device, a refused operation with its CB
 entry. Screenshots go to .build/dashboard/; readme.png, through `pngquant --quality 60-85`, is
 the README's picture (Tests/e2e/dashboard.png). Also the page's HTTP answers: negotiated with the
 JSON index, ETag and 304, the CSP, open without a token."""
+import json
 import os
 import re
 import urllib.error
@@ -157,6 +158,31 @@ def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
         # What the page showed last, also when an expectation failed.
         if dash:
             dash.shot("last.png")
+        gw.stop()
+
+
+def test_dashboard_shows_the_watchs_sensors_with_no_scan_and_live(browser):
+    gw = Gateway(["--simulate"])  # --simulate watches: the sensors are heard with no scan
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 1200, "height": 820})
+        page, expect = dash.page, playwright.expect
+        status, body, _ = fetch(gw, "/v1/sensors")
+        heard = {s["id"]: s for s in json.loads(body)["sensors"]}
+        expect(page.locator("#sensor-count")).to_have_text(re.compile(r"^(1\d|[2-9]\d)$"))  # ten or more
+        assert int(page.locator("#sensor-count").inner_text()) >= len(heard) >= 10
+        atc = page.locator('#sensors li[data-sensor="F0:00:00:00:00:08"]')
+        expect(atc.locator(".name")).to_have_text("Sim ATC1441")
+        expect(atc.locator(".reading")).to_contain_text(re.compile(r"atc1441: battery \d+ %, humidity \d+ %, temperature [\d.]+ °C"))
+        expect(atc.locator(".meta")).to_contain_text(re.compile(r"F0:00:00:00:00:08 · -\d+ dBm · \d+ s ago"))
+        # A sealed reading without its key says so instead of values.
+        expect(page.locator('#sensors li[data-sensor="F0:00:00:00:00:07"] .reading')).to_contain_text("no values (encryption: missing-key)")
+        # Live: the simulated thermometer's reading changes on the page as it advertises new values.
+        first = atc.locator(".reading").inner_text()
+        expect(atc.locator(".reading")).not_to_have_text(first, timeout=60_000)
+        # The scan's list stays the scan's: nothing was scanned for.
+        expect(page.locator("#device-count")).to_have_text("0")
+        assert dash.problems == [], dash.problems
+    finally:
         gw.stop()
 
 

@@ -132,6 +132,29 @@ function sensorText(sensor) {
     .map(([k, m]) => `${k} ${m.value}${m.unit ? " " + m.unit : ""}`).join(", ");
 }
 
+// ---- sensors: every decoded advertisement heard (the watch's and the scan's), GET /v1/sensors ----
+
+const sensors = new Map();      // id → sensor JSON, as GET /v1/sensors gives it
+
+async function refreshSensors() {
+  const list = await api("GET", "/v1/sensors").catch(() => null);
+  if (!list) return;
+  sensors.clear();
+  for (const s of list.sensors) sensors.set(s.id, s);
+  renderSensors();
+}
+
+function renderSensors() {
+  const sorted = [...sensors.values()].sort((a, b) => (a.name || "\uffff").localeCompare(b.name || "\uffff") || a.id.localeCompare(b.id));
+  $("sensors").replaceChildren(...sorted.map((s) =>
+    h("li", { dataset: { sensor: s.id }, class: s.stale ? "stale" : "" },
+      h("span", { class: "name" }, s.name || "(no name)"),
+      h("span", { class: "actions" }, s.stale ? h("span", { class: "badge" }, "stale") : null),
+      h("span", { class: "meta mono" }, `${s.id} · ${s.rssi ?? "?"} dBm · ${ago(s.updated)}`),
+      h("span", { class: "reading" }, sensorText(s.reading)))));
+  $("sensor-count").textContent = String(sensors.size);
+}
+
 function renderDevices() {
   const ul = $("devices");
   const sorted = [...devices.values()].sort((a, b) => (b.rssi ?? -999) - (a.rssi ?? -999) || a.id.localeCompare(b.id));
@@ -405,6 +428,7 @@ function connectStream() {
     ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "advertisement", "connection", "sensor"] }));
     while (outbox.length) ws.send(JSON.stringify(outbox.shift()));
     refreshDevices();
+    refreshSensors();
   };
   ws.onmessage = (e) => onStreamMessage(JSON.parse(e.data));
   ws.onclose = () => {
@@ -441,6 +465,9 @@ function onStreamMessage(m) {
     case "sensor": {
       const d = devices.get(m.device);
       if (d) { d.sensor = m.sensor; if (m.rssi !== undefined) d.rssi = m.rssi; d.lastSeen = m.time; renderDevices(); }
+      const s = sensors.get(m.device) || { id: m.device, name: d?.name };
+      sensors.set(m.device, { ...s, reading: m.sensor, rssi: m.rssi ?? s.rssi, updated: m.time, stale: undefined });
+      renderSensors();
       break;
     }
     case "notification": {
@@ -465,6 +492,7 @@ async function start() {
     if (ws) ws.close(); else connectStream();
     refreshScan();
     refreshDevices();
+    refreshSensors();
   });
   $("scan").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -504,8 +532,8 @@ async function start() {
   await refreshScan();
   // Without a valid token the socket would only be refused: it opens once one is entered.
   if (await refreshDevices()) connectStream();
-  // RSSI and "last seen" change without an event once a device was announced: a slow refresh.
-  setInterval(() => { if (!document.hidden) refreshDevices(); }, 5000);
+  // RSSI, "last seen" and stale change without an event once a device was announced: a slow refresh.
+  setInterval(() => { if (!document.hidden) { refreshDevices(); refreshSensors(); } }, 5000);
 }
 
 start();
