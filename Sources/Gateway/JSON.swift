@@ -76,6 +76,8 @@ enum JSON {
             return try JSONDecoder().decode([T].self, from: data)
         } catch let error as BLEError {
             throw error
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            throw BLEError(.invalidParameters, "it is not valid JSON")
         } catch let error as DecodingError {
             throw BLEError(.invalidParameters, describe(error))
         } catch {

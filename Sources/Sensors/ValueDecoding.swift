@@ -96,7 +96,8 @@ public struct ValueDecoding: Sendable, Hashable {
         for _ in 0...9 {
             let scaled = value * Double(denominator)
             let whole = scaled.rounded()
-            if abs(scaled - whole) <= 1e-9 * max(1, abs(scaled)) { return Scale(Int64(whole), denominator) }
+            // Exact but for the rounding of the decimal to binary (about 1e-16 of it).
+            if whole != 0, abs(scaled - whole) <= 1e-12 * abs(scaled) { return Scale(Int64(whole), denominator) }
             denominator *= 10
         }
         return nil
