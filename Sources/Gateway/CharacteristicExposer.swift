@@ -202,17 +202,11 @@ public final class CharacteristicExposer: Sendable {
     static func backoff(_ failures: Int) -> Duration { .seconds(min(30, 1 << min(max(failures - 1, 0), 5))) }
 }
 
-/// `values/<address>/<service>/<characteristic>`: `GET …/value`'s fields (hex), and what the
-/// value is: the device, the gateway that read it, the entity's name and the decoded measurement
-/// (absent when the value is too short for the decoding).
+/// `values/<address>/<service>/<characteristic>`: `GET …/value` (hex), and what the value is: the
+/// device, its service, the gateway that read it, the entity's name and the decoded measurement
+/// (absent when the value is too short for the decoding), as members of the same object.
 struct ExposedValueBody: Encodable {
-    var handle: String
-    var uuid: String
-    var value: String
-    var format: String
-    var length: Int
-    var source: ValueBody.Source
-    var age: Double
+    var value: ValueBody
     var device: String
     var service: String
     var gateway: String
@@ -220,19 +214,24 @@ struct ExposedValueBody: Encodable {
     var measurement: Measurement?
 
     init(_ read: AttributeValue, source: ValueBody.Source, exposed: ExposedCharacteristic, gateway: String) {
-        let body = ValueBody(read, format: .hex, source: source, age: .zero)
-        handle = body.handle
-        uuid = body.uuid
-        value = body.value
-        format = body.format
-        length = body.length
-        self.source = source
-        age = body.age
+        value = ValueBody(read, format: .hex, source: source, age: .zero)
         device = exposed.device.description
         service = exposed.service.uuidString
         self.gateway = gateway
         name = exposed.name
         measurement = exposed.decoding.measurement(read.value, unit: exposed.unit)
+    }
+
+    private enum CodingKeys: String, CodingKey { case device, service, gateway, name, measurement }
+
+    func encode(to encoder: any Encoder) throws {
+        try value.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(device, forKey: .device)
+        try container.encode(service, forKey: .service)
+        try container.encode(gateway, forKey: .gateway)
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(measurement, forKey: .measurement)
     }
 }
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from conftest import Gateway, binary
-from test_mqtt import HEART_RATE, REQUIRED, Broker, Client, schema
+from test_mqtt import HEART_RATE, REQUIRED, Client, broker, schema  # noqa: F401 (broker: the fixture)
 from test_readme_examples import EXAMPLES, render
 
 VALUE = schema("Value")
@@ -26,13 +26,6 @@ EXPOSED = [
 def test_the_readme_example_is_the_file_these_tests_expose():
     # With the battery read every 5 minutes there; every second here, to see a change.
     assert json.loads(EXAMPLES["mqtt-expose"]) == [EXPOSED[0], {**EXPOSED[1], "poll": 300}]
-
-
-@pytest.fixture
-def broker(tmp_path):
-    b = Broker(tmp_path)
-    yield b
-    b.stop()
 
 
 @pytest.fixture
