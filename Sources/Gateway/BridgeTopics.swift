@@ -8,6 +8,7 @@ import BLE
 ///     devices/<address>                 GET /v1/devices/{id} (retained; on connection changes, else at most every 30 s)
 ///     events/<type>                     stream events: state, connection
 ///     notifications/<address>/<handle>  notifications of characteristics subscribed over MQTT
+///     values/<address>/<service>/<char> values of the characteristics of --mqtt-expose (retained)
 ///     command                           commands in; answers on the MQTT 5 response topic, the
 ///                                       command's `replyTo`, or command/reply
 ///
@@ -58,6 +59,11 @@ public struct BridgeTopics: Sendable, Equatable {
     func event(_ type: EventType) -> String { "\(base)/events/\(type.rawValue)" }
     func notification(_ device: BluetoothAddress, handle: UInt16) -> String {
         "\(base)/notifications/\(device)/\(handleText(handle))"
+    }
+
+    /// `values/F0:00:00:00:00:01/180d/2a37` (128-bit UUIDs in full).
+    func value(_ exposed: ExposedCharacteristic) -> String {
+        "\(base)/values/\(exposed.device)/\(ExposedCharacteristic.level(exposed.service))/\(ExposedCharacteristic.level(exposed.characteristic))"
     }
 
     /// A topic a client may name for answers: no wildcards, not empty.

@@ -65,11 +65,31 @@ enum JSON {
         }
     }
 
+    /// A JSON array of `T` objects (a configuration file), each checked as `decode` checks a body.
+    static func decodeArray<T: StrictDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(BLEError) -> [T] {
+        let data = Data(bytes)
+        do {
+            guard case .array(let items) = try JSONDecoder().decode(AnyJSON.self, from: data) else {
+                throw BLEError(.invalidParameters, "it must be a JSON array of objects")
+            }
+            for (i, item) in items.enumerated() { try checkKeys(T.self, in: item, path: "[\(i)].") }
+            return try JSONDecoder().decode([T].self, from: data)
+        } catch let error as BLEError {
+            throw error
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            throw BLEError(.invalidParameters, "it is not valid JSON")
+        } catch let error as DecodingError {
+            throw BLEError(.invalidParameters, describe(error))
+        } catch {
+            throw BLEError(.invalidParameters, "it is not valid JSON")
+        }
+    }
+
     /// Every member of `json` must be one of `T`'s coding keys, and every nested object one of
     /// its nested type's, down the tree.
     private static func checkKeys<T: StrictDecodable>(_ type: T.Type, in json: AnyJSON, path: String) throws(BLEError) {
         guard case .object(let members) = json else {
-            throw BLEError(.invalidParameters, "\(path.isEmpty ? "the body" : path) must be a JSON object")
+            throw BLEError(.invalidParameters, "\(path.isEmpty ? "the body" : String(path.dropLast())) must be a JSON object")
         }
         for (name, value) in members {
             guard let key = T.CodingKeys(stringValue: name) else {
@@ -88,7 +108,7 @@ enum JSON {
     private static func describe(_ error: DecodingError) -> String {
         func where_(_ path: [CodingKey]) -> String {
             let p = path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-            return p.isEmpty ? "the body" : "field \"\(p.dropFirst())\""
+            return p.isEmpty ? "the body" : "field \"\(p.hasPrefix(".") ? String(p.dropFirst()) : p)\""
         }
         switch error {
         case .typeMismatch(let type, let context): return "\(where_(context.codingPath)) must be of type \(type)"

@@ -185,7 +185,7 @@ public final class MQTTBridge: Sendable {
         if due { retain(topics.device(info.id), JSON.encodeCompact(gateway.deviceBody(info)), qos: 0) }
     }
 
-    private func retain(_ topic: String, _ payload: [UInt8], qos: Int) {
+    func retain(_ topic: String, _ payload: [UInt8], qos: Int) {
         state.withLock { $0.retained.set(topic, payload) }
         broker.publish(topic, payload, qos: qos, retain: true)
     }

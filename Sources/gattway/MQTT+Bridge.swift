@@ -5,9 +5,25 @@ import MQTT
 /// The MQTT client is the bridge's broker: the same calls, under the protocol's names.
 extension MQTTClient: MessageBroker {}
 
-/// `--mqtt`: the client (with the bridge's availability as its last will) and the bridge, started;
-/// nil and a logged reason when the options cannot be used.
-func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, client: MQTTClient)? {
+/// `--mqtt-expose FILE`: its characteristics (none without it). A file that cannot be read or has a
+/// bad entry is an error ("FILE: [i]: why"): gattway does not start.
+func exposedCharacteristics(_ options: Options) throws(UsageError) -> [ExposedCharacteristic] {
+    guard let file = options.mqttExposeFile else { return [] }
+    guard let text = readFile(file) else {
+        throw UsageError("--mqtt-expose: \(file): cannot read it (\(String(cString: strerror(errno))))")
+    }
+    do {
+        return try ExposedCharacteristic.parse(text, source: file)
+    } catch {
+        throw UsageError("--mqtt-expose: \(error.description)")
+    }
+}
+
+/// `--mqtt`: the client (with the bridge's availability as its last will), the bridge and the
+/// exposer of `exposed` (nil when there are none), started; nil and a logged reason when the
+/// options cannot be used.
+func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacteristic])
+    -> (bridge: MQTTBridge, exposer: CharacteristicExposer?, client: MQTTClient)? {
     guard let url = options.mqtt else { return nil }
     do {
         let topics = try options.bridgeTopics(hostName: hostName())
@@ -19,6 +35,9 @@ func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, c
         let client = try MQTTClient(configuration)
         let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics, log: log)
         bridge.start()
+        let exposer = exposed.isEmpty ? nil : CharacteristicExposer(bridge: bridge, exposed: exposed)
+        exposer?.start()
+        if !exposed.isEmpty { log("mqtt: exposing \(exposed.count) characteristic(s) from \(options.mqttExposeFile ?? "")") }
         try client.start(MQTTClient.Handlers(
             connected: { version in
                 log("mqtt: connected to \(url) (MQTT \(version == 5 ? "5" : "3.1.1")) as \(topics.base)")
@@ -29,7 +48,7 @@ func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, c
                 bridge.received(BrokerMessage(topic: message.topic, payload: message.payload,
                                               responseTopic: message.responseTopic, correlationData: message.correlationData))
             }))
-        return (bridge, client)
+        return (bridge, exposer, client)
     } catch {
         log("gattway: --mqtt: \(error)")
         return nil

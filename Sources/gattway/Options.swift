@@ -51,6 +51,8 @@ struct Options {
     var mqttKey: String?
     var gatewayID: String?
     var mqttPrefix = "gattway"
+    /// Characteristics made Home Assistant sensors (`--mqtt-expose FILE`, a JSON array).
+    var mqttExposeFile: String?
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -77,7 +79,8 @@ struct Options {
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
     Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
-                   [--tls-cert FILE --tls-key FILE] [--mqtt URL [--gateway-id ID] [--mqtt-prefix P]]
+                   [--tls-cert FILE --tls-key FILE]
+                   [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -178,6 +181,18 @@ struct Options {
                            digits, -, _ or . (default: the host name)
       --mqtt-prefix P      the topic levels the gateway publishes under (default gattway):
                            P/ID/availability, P/ID/sensors/ADDRESS, ...
+      --mqtt-expose FILE   GATT characteristics to publish as Home Assistant sensors, a JSON
+                           array: [{"device": "F0:00:00:00:00:01", "service": "180d",
+                           "characteristic": "2a37", "name": "Heart rate", "decode": "uint8",
+                           "offset": 1, "unit": "bpm", "stateClass": "measurement",
+                           "notify": true}, ...]. decode: uint8, sint8, uint16le/be,
+                           sint16le/be, (u|s)int24le/be, (u|s)int32le/be, float32le/be,
+                           float64le/be, utf8; "scale": 0.01 multiplies; deviceClass as Home
+                           Assistant names it. "notify": true keeps the device connected and
+                           holds its notifications; "poll": SECONDS reads it that often,
+                           connecting as connect=auto does. Values on
+                           P/ID/values/ADDRESS/SERVICE/CHARACTERISTIC (retained). A bad file
+                           stops gattway (exit 2). See README.md
       --help               this text
       --version            the version
 
@@ -186,7 +201,7 @@ struct Options {
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
       GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
-      GATTWAY_MQTT, GATTWAY_GATEWAY_ID
+      GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE
                                 defaults for the options above; flags win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
@@ -220,6 +235,7 @@ struct Options {
             if let file = environment("GATTWAY_TLS_KEY"), !file.isEmpty { options.tlsKey = file }
             if let url = environment("GATTWAY_MQTT"), !url.isEmpty { try options.setMQTT(url) }
             if let id = environment("GATTWAY_GATEWAY_ID"), !id.isEmpty { options.gatewayID = id }
+            if let file = environment("GATTWAY_MQTT_EXPOSE"), !file.isEmpty { options.mqttExposeFile = file }
             var rest = arguments[...]
             while let argument = rest.popFirst() {
                 func value() throws -> String {
@@ -299,6 +315,7 @@ struct Options {
                 case "--mqtt-key": options.mqttKey = try value()
                 case "--gateway-id": options.gatewayID = try value()
                 case "--mqtt-prefix": options.mqttPrefix = try value()
+                case "--mqtt-expose": options.mqttExposeFile = try value()
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n
@@ -314,6 +331,9 @@ struct Options {
             }
             if options.mqtt?.tls != true && (options.mqttCA != nil || options.mqttCertificate != nil) {
                 throw UsageError("--mqtt-ca, --mqtt-cert and --mqtt-key are for an mqtts:// broker")
+            }
+            if options.mqttExposeFile != nil && options.mqtt == nil {
+                throw UsageError("--mqtt-expose publishes to the broker of --mqtt: give --mqtt URL too")
             }
             do {
                 _ = try BridgeTopics(prefix: options.mqttPrefix, gatewayID: options.gatewayID ?? "gattway")

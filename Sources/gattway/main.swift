@@ -193,6 +193,13 @@ func run(_ options: Options) async -> Int32 {
         return 2
     }
     if let file = options.sensorKeysFile { log("sensors: \(sensorKeys.count) bind key(s) from \(file)") }
+    let exposed: [ExposedCharacteristic]
+    do {
+        exposed = try exposedCharacteristics(options)
+    } catch {
+        writeError("gattway: \(error.message)\n")  // FILE: [i]: what is wrong
+        return 2
+    }
     var tls: TLSCredentials?
     if let certificate = options.tlsCertificate, let key = options.tlsKey {
         do {
@@ -283,7 +290,7 @@ func run(_ options: Options) async -> Int32 {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
     }
-    let mqtt = startBridge(options, gateway: gateway)
+    let mqtt = startBridge(options, gateway: gateway, exposed: exposed)
     if options.mqtt != nil && mqtt == nil { server.stop(); central.close(); simulation?.stop(); return 2 }
     let scheme = tls == nil ? "http" : "https"
     log("gattway \(gattwayVersion) listening on \(scheme)://\(urlHost(options.host)):\(server.port)")
@@ -295,6 +302,7 @@ func run(_ options: Options) async -> Int32 {
     log("signal \(signal): shutting down")
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
+        await mqtt.exposer?.stop()
         await mqtt.bridge.stop()
         mqtt.client.stop(after: (mqtt.bridge.topics.availability, BridgeTopics.offline, true))
     }

@@ -376,7 +376,7 @@ extension Reply {
         #expect(refusal(Probe.self, #"{"cuont": 1}"#) == #"unknown field "cuont"; known fields: count, item, items, label"#)
         #expect(refusal(Probe.self, #"{"item": {"x": 1, "y": 2}}"#) == #"unknown field "item.y"; known fields: x"#)
         #expect(refusal(Probe.self, #"{"items": [{"x": 1}, {"x": 2, "typo": 3}]}"#) == #"unknown field "items[1].typo"; known fields: x"#)
-        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, 2]}"#) == "items[1]. must be a JSON object")
+        #expect(refusal(Probe.self, #"{"items": [{"x": 1}, 2]}"#) == "items[1] must be a JSON object")
         #expect(refusal(Probe.self, "[]") == "the body must be a JSON object")
     }
 

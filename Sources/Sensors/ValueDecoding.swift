@@ -1,0 +1,105 @@
+/// How a characteristic's bytes become one measurement (`--mqtt-expose`): a field of a fixed
+/// type at a byte offset, times an exact decimal scale — what the advertisement decoders do with
+/// their fields, for a value a device serves over GATT.
+///
+///     ValueDecoding(type: .uint8, offset: 1)            // 2A37 heart rate: [0x06, 72] → 72
+///     ValueDecoding(type: .sint16le, scale: 0.01)       // [0x34, 0x08] → 21.0
+public struct ValueDecoding: Sendable, Hashable {
+    /// The field's type: integers by size, sign and byte order; IEEE 754 floats; UTF-8 text
+    /// (the rest of the value, NULs at its end left out).
+    public enum FieldType: String, Sendable, Hashable, CaseIterable {
+        case uint8, sint8
+        case uint16le, uint16be, sint16le, sint16be
+        case uint24le, uint24be, sint24le, sint24be
+        case uint32le, uint32be, sint32le, sint32be
+        case float32le, float32be, float64le, float64be
+        case utf8
+
+        /// Bytes the field takes; nil for text (all that is left).
+        public var size: Int? {
+            switch self {
+            case .uint8, .sint8: 1
+            case .uint16le, .uint16be, .sint16le, .sint16be: 2
+            case .uint24le, .uint24be, .sint24le, .sint24be: 3
+            case .uint32le, .uint32be, .sint32le, .sint32be, .float32le, .float32be: 4
+            case .float64le, .float64be: 8
+            case .utf8: nil
+            }
+        }
+
+        public var isNumeric: Bool { self != .utf8 }
+
+        var order: ByteReader.Order { rawValue.hasSuffix("be") ? .bigEndian : .littleEndian }
+        var isSigned: Bool { rawValue.hasPrefix("sint") }
+        var isFloat: Bool { rawValue.hasPrefix("float") }
+    }
+
+    public struct Invalid: Error, Equatable, CustomStringConvertible {
+        public let description: String
+    }
+
+    public let type: FieldType
+    public let offset: Int
+    private let scale: Scale
+
+    /// - Parameters:
+    ///   - offset: where the field starts (0...511: an attribute value is at most 512 bytes).
+    ///   - scale: what the raw number is multiplied by, a decimal of at most 9 places (0.01, 0.5, 10);
+    ///     not for text.
+    public init(type: FieldType, offset: Int = 0, scale: Double = 1) throws(Invalid) {
+        guard (0...511).contains(offset) else { throw Invalid(description: "offset must be from 0 to 511, not \(offset)") }
+        guard type.isNumeric || scale == 1 else { throw Invalid(description: "a utf8 value has no scale") }
+        guard scale.isFinite, scale != 0, abs(scale) <= 1e9, let exact = Self.exact(scale) else {
+            throw Invalid(description: "scale must be a non-zero decimal of at most 9 places, not \(scale)")
+        }
+        self.type = type
+        self.offset = offset
+        self.scale = exact
+    }
+
+    /// The measurement in `value`, or nil when the value is too short for the field, or the float is
+    /// not a number (NaN, infinite: nothing a sensor entity can show).
+    public func measurement(_ value: [UInt8], unit: String?) -> Measurement? {
+        var reader = ByteReader(value)
+        guard reader.read(offset) != nil else { return nil }
+        switch type {
+        case .utf8:
+            var text = reader.remaining
+            while text.last == 0 { text.removeLast() }
+            return Measurement(.text(String(decoding: text, as: UTF8.self)), unit: unit)
+        case .float32le, .float32be:
+            guard let raw = reader.unsigned(4, type.order) else { return nil }
+            let float = Float(bitPattern: UInt32(raw))
+            // The float's shortest decimal (21.56, not 21.559999465942383), then scaled.
+            guard float.isFinite, let shortest = Double("\(float)") else { return nil }
+            return Measurement(.number(shortest * Double(scale.numerator) / Double(scale.denominator)), unit: unit)
+        case .float64le, .float64be:
+            guard let raw = reader.unsigned(8, type.order) else { return nil }
+            let double = Double(bitPattern: raw)
+            guard double.isFinite else { return nil }
+            return Measurement(.number(double * Double(scale.numerator) / Double(scale.denominator)), unit: unit)
+        default:
+            let size = type.size!
+            let raw: Int64?
+            if type.isSigned {
+                raw = reader.signed(size, type.order)
+            } else {
+                raw = reader.unsigned(size, type.order).map { Int64($0) }
+            }
+            return raw.map { Measurement(scale.value($0), unit: unit) }
+        }
+    }
+
+    /// `value` as numerator / 10^k, the smallest k (up to 9) that makes it whole.
+    private static func exact(_ value: Double) -> Scale? {
+        var denominator: Int64 = 1
+        for _ in 0...9 {
+            let scaled = value * Double(denominator)
+            let whole = scaled.rounded()
+            // Exact but for the rounding of the decimal to binary (about 1e-16 of it).
+            if whole != 0, abs(scaled - whole) <= 1e-12 * abs(scaled) { return Scale(Int64(whole), denominator) }
+            denominator *= 10
+        }
+        return nil
+    }
+}
