@@ -19,7 +19,7 @@ func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, c
         let client = try MQTTClient(configuration)
         let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics, log: log)
         bridge.start()
-        try client.start(MQTTClient.Handlers(
+        client.start(MQTTClient.Handlers(
             connected: { version in
                 log("mqtt: connected to \(url) (MQTT \(version == 5 ? "5" : "3.1.1")) as \(topics.base)")
                 bridge.brokerConnected()

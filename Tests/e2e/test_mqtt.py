@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from paho.mqtt.properties import Properties
 
 import contract
 from conftest import Gateway
+from mqttbroker import Broker, Client, start_gateway
 
 BTHOME = "F0:00:00:00:00:06"
 SENSORS = [f"F0:00:00:00:00:{n:02X}" for n in range(6, 12)]
@@ -30,99 +30,6 @@ def schema(name):
 
 
 SENSOR, DEVICE, STATE, ERROR, EVENT = (schema(n) for n in ("Sensor", "Device", "ManagerState", "Error", "Event"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """A mosquitto on 127.0.0.1:port, without persistence: a restart forgets every retained message."""
-
-    def __init__(self, tmp_path):
-        self.port = free_port()
-        self.config = tmp_path / "mosquitto.conf"
-        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
-        self.proc = None
-        self.start()
-
-    @property
-    def url(self):
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self):
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)  # the broker has no readiness signal but its port
-        pytest.fail("mosquitto did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
-class Client:
-    """A paho client that records what arrives; `wait` blocks (bounded) until a condition holds."""
-
-    def __init__(self, broker, *topics, version=mqtt.MQTTv5):
-        self.messages = []  # (topic, payload bytes, retain, properties)
-        self.cond = threading.Condition()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-" + uuid.uuid4().hex[:8], protocol=version)
-        self.subscribed = threading.Event()
-        self.client.on_message = self._message
-        self.client.on_subscribe = lambda *a: self.subscribed.set()
-        self.client.connect("127.0.0.1", broker.port)
-        self.client.loop_start()
-        if topics:
-            self.client.subscribe([(t, 1) for t in topics])
-            assert self.subscribed.wait(5)
-
-    def _message(self, client, userdata, message):
-        with self.cond:
-            self.messages.append((message.topic, message.payload, message.retain, message.properties))
-            self.cond.notify_all()
-
-    def wait(self, predicate, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = predicate()
-                if value or time.monotonic() > deadline:
-                    return value
-                self.cond.wait(max(0.01, deadline - time.monotonic()))
-
-    def last(self, topic):
-        found = [m for m in self.messages if m[0] == topic]
-        return found[-1] if found else None
-
-    def json(self, topic):
-        m = self.last(topic)
-        return json.loads(m[1]) if m else None
-
-    def on(self, topic):
-        return [json.loads(m[1]) for m in self.messages if m[0] == topic]
-
-    def publish(self, topic, payload, properties=None):
-        info = self.client.publish(topic, payload, qos=1, properties=properties)
-        info.wait_for_publish(5)
-
-    def close(self):
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
-def start_gateway(broker, gateway_id):
-    gw = Gateway(["--simulate", "--mqtt", broker.url, "--gateway-id", gateway_id])
-    assert gw.post("/v1/scan", {})[0] == 200
-    return gw
 
 
 def kill_hard(gw):
@@ -148,7 +55,7 @@ def broker(tmp_path):
 
 @pytest.fixture
 def two(broker):
-    gateways = [start_gateway(broker, "gw-a"), start_gateway(broker, "gw-b")]
+    gateways = [start_gateway(broker.url, "gw-a"), start_gateway(broker.url, "gw-b")]
     yield gateways
     for gw in gateways:
         gw.stop()
@@ -156,7 +63,7 @@ def two(broker):
 
 @pytest.fixture
 def one(broker):
-    gw = start_gateway(broker, "gw-a")
+    gw = start_gateway(broker.url, "gw-a")
     yield gw
     gw.stop()
 
@@ -252,7 +159,7 @@ def two_heard_from_the_start(broker):
     --simulate) they announce their sensors within a second of starting, before a client
     subscribed after them would hear it live."""
     live = Client(broker, "homeassistant/#")
-    gateways = [start_gateway(broker, "gw-a"), start_gateway(broker, "gw-b")]
+    gateways = [start_gateway(broker.url, "gw-a"), start_gateway(broker.url, "gw-b")]
     yield live, gateways
     for gw in gateways:
         gw.stop()
