@@ -17,7 +17,8 @@ func startBridge(_ options: Options, gateway: Gateway) -> (bridge: MQTTBridge, c
         configuration.certificateFile = options.mqttCertificate
         configuration.keyFile = options.mqttKey
         let client = try MQTTClient(configuration)
-        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics, log: log)
+        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics,
+                                forgetAfter: .milliseconds(Int(options.forgetAfterSeconds * 1000)), log: log)
         bridge.start()
         client.start(MQTTClient.Handlers(
             connected: { version in

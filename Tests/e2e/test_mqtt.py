@@ -3,6 +3,7 @@ two `gattway --simulate --mqtt` gateways (each has the built-in sensors F0:00:00
 paho-mqtt as the client. Payloads are held against openapi.yaml's schemas."""
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -18,6 +19,7 @@ from paho.mqtt.properties import Properties
 import contract
 from conftest import Gateway
 from mqttbroker import Broker, Client, start_gateway
+from test_streams import sse_events
 
 BTHOME = "F0:00:00:00:00:06"
 SENSORS = [f"F0:00:00:00:00:{n:02X}" for n in range(6, 12)]
@@ -398,3 +400,73 @@ def test_a_broker_without_mqtt_5_gets_3_1_1():
     finally:
         gw.stop()
         old.server.close()
+
+
+def test_rssi_changes_do_not_flood_while_changed_readings_still_go_out(broker):
+    """A scan that allows duplicates reports every advertisement, each with the simulator's RSSI
+    jitter: presence goes out once per device (then at most every 30 s), sensor values when a
+    measurement changes, whatever the RSSI does."""
+    watcher = Client(broker, "gattway/gw-r/devices/+", "gattway/gw-r/sensors/+")
+    gw = start_gateway(broker.url, "gw-r", scan={"allowDuplicates": True})
+    try:
+        window = 8.0
+        started = time.monotonic()
+        adverts = sse_events(gw, "types=advertisement", 100_000, window)
+        elapsed = time.monotonic() - started + 1  # the gateway published since its start, a moment before
+        heard = {}
+        for event in adverts:
+            heard.setdefault(event["data"]["device"], set()).add(event["data"]["peripheral"].get("rssi"))
+        # RSSI changed many times meanwhile, for the sensors too.
+        assert len(adverts) >= 50 and len(heard.get(BTHOME, ())) >= 3, (len(adverts), heard.get(BTHOME))
+        with watcher.cond:
+            messages = list(watcher.messages)
+        presence = {}
+        for topic, payload, _, _ in messages:
+            if "/devices/" in topic:
+                presence[topic] = presence.get(topic, 0) + 1
+        assert presence and max(presence.values()) == 1, presence
+        assert len(presence) <= len(heard) + 1  # (+1: a device heard just before the window)
+        values = [json.loads(p)["reading"]["measurements"] for t, p, _, _ in messages if t == f"gattway/gw-r/sensors/{BTHOME}"]
+        # The simulated BTHome sensor measures every 2-3 s: each of those goes out, nothing else.
+        assert 2 <= len(values) <= elapsed / 2 + 2, (len(values), elapsed)
+        assert all(a != b for a, b in zip(values, values[1:])), values
+        per_sensor = {}
+        for topic, *_ in messages:
+            if "/sensors/" in topic:
+                per_sensor[topic] = per_sensor.get(topic, 0) + 1
+        assert max(per_sensor.values()) <= elapsed / 2 + 2, per_sensor
+    finally:
+        gw.stop()
+        watcher.close()
+
+
+def test_a_device_not_heard_for_forget_after_has_its_retained_topics_cleared(broker):
+    topics = [f"gattway/gw-f/devices/{BTHOME}", f"gattway/gw-f/sensors/{BTHOME}"]
+    kept = f"gattway/gw-f/sensors/{SENSORS[1]}"
+    watcher = Client(broker, "gattway/gw-f/devices/+", "gattway/gw-f/sensors/+")
+    gw = start_gateway(broker.url, "gw-f", "--forget-after", "3")
+    try:
+        assert watcher.wait(lambda: all(watcher.last(t) for t in topics), 15)
+        gw.simulator("SetFault", "string:" + BTHOME, 'string:{"outOfRange": true}')
+        gone = time.monotonic()
+        # An empty retained message clears a topic; subscribers get it as an empty payload.
+        assert watcher.wait(lambda: all(watcher.last(t)[1] == b"" for t in topics), 15), \
+            [watcher.last(t)[1][:40] for t in topics]
+        # Not before --forget-after (counted from the last advertisement, heard up to a second
+        # before the fault); at most a sweep (a quarter of it, at least 1 s) and a margin later.
+        assert 2 <= time.monotonic() - gone <= 9
+        assert any(re.search(rf"mqtt: forgot 1 device \(not heard for 3 s\).*{BTHOME}", line) for line in gw.log), \
+            [line for line in gw.log if "forgot" in line]
+        # A newcomer gets no retained message for it, while a sensor still heard is kept.
+        late = Client(broker, "gattway/gw-f/devices/+", "gattway/gw-f/sensors/+", kept)
+        assert late.wait(lambda: late.last(kept), 5)
+        time.sleep(0.5)  # retained messages come in one burst after SUBACK; let it end (there is no end marker)
+        assert late.last(topics[0]) is None and late.last(topics[1]) is None
+        late.close()
+        # Heard again: its values are published again.
+        gw.simulator("ClearFaults", "string:" + BTHOME)
+        assert watcher.wait(lambda: watcher.last(topics[1])[1] != b"", 10)
+        SENSOR.validate(watcher.json(topics[1]))
+    finally:
+        gw.stop()
+        watcher.close()
