@@ -109,7 +109,7 @@ public final class MQTTClient: @unchecked Sendable {
         var finalMessage: Int32?
         var finalAcknowledged: DispatchSemaphore?
         var acknowledgedAfterStop: Set<Int32> = []
-        /// Loop threads started again after an error that ends libmosquitto's, since the last connection.
+        /// Failed attempts and lost connections since the last connection was made.
         var restarts: UInt32 = 0
         /// libmosquitto's last error log line since the last attempt (OpenSSL's reasons come this way).
         var lastError: String?
@@ -210,7 +210,7 @@ public final class MQTTClient: @unchecked Sendable {
                 why = "cannot connect: \(reason(rc))"
             }
             let delay = state.withLock { s -> UInt32 in
-                s.restarts += 1
+                s.restarts = min(s.restarts + 1, 1000)  // (its square must not overflow in a broker's weeks away)
                 return min(configuration.reconnectDelay * s.restarts * s.restarts, configuration.reconnectDelayMax)
             }
             handlers?.disconnected("\(why); trying again in \(delay) s")
@@ -227,7 +227,7 @@ public final class MQTTClient: @unchecked Sendable {
             // TLS 1.3: the broker's refusal of the client's certificate (or its absence) comes after
             // the handshake, and libmosquitto may report only that the session broke.
             if configuration.url.tls && rc == MOSQ_ERR_PROTOCOL.rawValue {
-                return text + " (the broker may have ended the TLS session: does it want a client certificate, --mqtt-cert?)"
+                return text + " (the broker may have ended the TLS session: does it want a client certificate?)"
             }
             return text
         }
