@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// executables → MQTT → CMosquitto;
+// executables → MQTT → (CMosquitto, Threading);
 // Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
 import PackageDescription
 
@@ -41,7 +41,7 @@ let package = Package(
         .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
         // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
         // knowing nothing of gattway; the executable hands it to Gateway's MQTTBridge.
-        .target(name: "MQTT", dependencies: ["CMosquitto"]),
+        .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"]),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),

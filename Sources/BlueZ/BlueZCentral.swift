@@ -22,20 +22,23 @@ public final class BlueZCentral: Central {
     /// A central on the bus at `address` (the system bus's, usually). Without a bus at start, or
     /// after it went away, it reports `unsupported` and connects again with backoff.
     public convenience init(busAddress address: String, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
-                            staleAfter: Duration = .seconds(60), log: @escaping @Sendable (String) -> Void = { _ in }) {
-        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, log: log) { () throws(BusError) in
+                            staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
+                            log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
     }
 
     /// `connect` opens a bus connection; it is called at start and again after the bus went away.
-    /// A device the scan found and has not seen for `staleAfter` is listed `stale`.
+    /// A device the scan found and has not seen for `staleAfter` is listed `stale`; the watch
+    /// forgets one it has not heard for `forgetAfter`.
     public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
+                forgetAfter: Duration = .seconds(3600),
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
-        let scanner = Scanner(link: link, events: events, staleAfter: staleAfter, log: log)
+        let scanner = Scanner(link: link, events: events, staleAfter: staleAfter, forgetAfter: forgetAfter, log: log)
         let connector = Connector(link: link, events: events, list: scanner,
                                   queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)), policy: reconnectPolicy, log: log)
         self.link = link

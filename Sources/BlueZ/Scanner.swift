@@ -59,21 +59,21 @@ final class Scanner: Sendable {
         }
     }
 
-    /// The watch and the devices it heard: bounded, and forgetting the ones not heard for long
-    /// (phones change their random addresses every few minutes).
+    /// The watch and the devices it heard: bounded, and forgetting the ones not heard for
+    /// `forgetAfter` seconds (phones change their random addresses every few minutes).
     private struct Watch {
         var options: WatchOptions
         var since: Date
+        var forgetAfter: Double
         var heard: [BluetoothAddress: Date] = [:]
         var last: [BluetoothAddress: PeripheralInfo] = [:]
 
         static let limit = 1024
-        static let forgetAfter: Double = 3600
 
         /// Notes a device heard now; whether it is new to the watch.
         mutating func hear(_ address: BluetoothAddress, _ snapshot: PeripheralInfo?, at now: Date) -> Bool {
             let known = heard[address] != nil
-            if !known, heard.count >= Self.limit { forget(before: now.addingTimeInterval(-Self.forgetAfter)) }
+            if !known, heard.count >= Self.limit { forget(before: now.addingTimeInterval(-forgetAfter)) }
             if !known, heard.count >= Self.limit, let oldest = heard.min(by: { $0.value < $1.value })?.key {
                 heard[oldest] = nil
                 last[oldest] = nil
@@ -93,9 +93,13 @@ final class Scanner: Sendable {
 
     /// A device not seen for this long is listed as `stale`.
     let staleAfter: Double
+    /// The watch forgets a device not heard for this long.
+    let forgetAfter: Double
 
-    init(link: BusLink, events: HandlerSlot<CentralEvent>, staleAfter: Duration = .seconds(60), log: @escaping @Sendable (String) -> Void) {
+    init(link: BusLink, events: HandlerSlot<CentralEvent>, staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
+         log: @escaping @Sendable (String) -> Void) {
         self.staleAfter = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        self.forgetAfter = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
         self.link = link
         self.events = events
         self.log = log
@@ -189,7 +193,7 @@ final class Scanner: Sendable {
             let (replaced, scanOptions) = self.scan.withLock { s -> (Bool, ScanOptions?) in
                 // Replaced options start afresh, as a new scan does: only what matches them is listed.
                 let replaced = s.watch != nil
-                s.watch = Watch(options: options, since: Date())
+                s.watch = Watch(options: options, since: Date(), forgetAfter: self.forgetAfter)
                 return (replaced, s.scanning ? s.options : nil)
             }
             self.log("watch \(replaced ? "changed" : "started"): \(Self.describe(options))")
@@ -230,7 +234,7 @@ final class Scanner: Sendable {
     func watched() -> [PeripheralInfo] {
         let adapter = index.adapterPath()
         let (heard, last) = scan.withLock { s -> ([BluetoothAddress: Date], [BluetoothAddress: PeripheralInfo]) in
-            s.watch?.forget(before: Date().addingTimeInterval(-Watch.forgetAfter))
+            s.watch?.forget(before: Date().addingTimeInterval(-forgetAfter))
             return (s.watch?.heard ?? [:], s.watch?.last ?? [:])
         }
         let moving = self.moving.withLock { $0 }

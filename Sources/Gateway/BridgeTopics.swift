@@ -4,8 +4,9 @@ import BLE
 ///
 ///     availability                      online | offline (retained; offline is the last will)
 ///     state                             GET /v1/state (retained)
-///     sensors/<address>                 GET /v1/sensors/{id}, with `gateway` (retained, on change)
-///     devices/<address>                 GET /v1/devices/{id} (retained; on connection changes, else at most every 30 s)
+///     sensors/<address>                 GET /v1/sensors/{id}, with `gateway` (retained, on change; cleared when forgotten)
+///     devices/<address>                 GET /v1/devices/{id} (retained; on connection changes, else at most
+///                                       every 30 s; cleared when forgotten)
 ///     events/<type>                     stream events: state, connection
 ///     notifications/<address>/<handle>  notifications of characteristics subscribed over MQTT
 ///     values/<address>/<service>/<char> values of the characteristics of --mqtt-expose (retained)

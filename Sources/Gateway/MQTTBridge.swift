@@ -13,37 +13,61 @@ import Synchronization
 ///   `GET /v1/sensors/{id}` plus `gateway`; the first reading of a device (or one with a new
 ///   measurement) also announces its entities to Home Assistant;
 /// - `advertisement` and `connection` events → `devices/<address>` (retained, `GET /v1/devices/{id}`),
-///   at once when the connection state changes, else at most every `presenceInterval`;
+///   at once when the device is new to the bridge or its connection state changes, else at most
+///   every `presenceInterval`: an RSSI that changes at every packet (a scan that allows
+///   duplicates) is no reason to publish more often;
 /// - `state`, `connection` events → `events/<type>`; state also → `state` (retained, `GET /v1/state`);
 /// - notifications of characteristics subscribed over MQTT → `notifications/<address>/<handle>`.
 ///
 /// What is retained is also kept here (bounded, `retainedLimit` topics, the oldest forgotten
 /// first), and sent again whenever the broker connection is made again (`brokerConnected`), so
 /// a broker that restarted without persistence has it back.
+///
+/// Devices come and go (phones change their random address every few minutes): a device the
+/// gateway has not heard for `forgetAfter` (and that is not connected), or no longer knows, is
+/// forgotten here too: its `devices/` and `sensors/` topics are cleared (an empty retained
+/// message) and what was kept of it, its discovery configs included, is dropped. At most
+/// `deviceLimit` devices are followed; past it the one heard longest ago is forgotten. Discovery
+/// configs are not cleared on the broker: another gateway may still feed the same entity.
 public final class MQTTBridge: Sendable {
     public static let inboxLimit = 4096
     public static let retainedLimit = 16_384
     public static let presenceInterval = Duration.seconds(30)
+    public static let deviceLimit = SensorBoard.limit
+
+    /// An event to publish, or (`sweep`) the time to forget devices not heard for long.
 
     struct Item: Sendable {
         var event: HubEvent?
         var subscription: String
         var json: [UInt8]
+        var sweep = false
+    }
+
+    /// A device with topics of its own on the broker.
+    private struct Followed {
+        /// When the gateway last heard it, as far as the bridge knows.
+        var heard: Date
+        /// When its presence was last published, and in which connection state.
+        var presence: (at: ContinuousClock.Instant, state: String)?
+        /// The measurements announced to Home Assistant, and their discovery topics.
+        var announced: Set<String> = []
+        var discoveryTopics: Set<String> = []
     }
 
     private struct State {
         var retained = RetainedMessages()
-        /// The measurements announced to Home Assistant, per device.
-        var announced: [BluetoothAddress: Set<String>] = [:]
-        /// When each device's presence was last published, and in which connection state.
-        var presence: [BluetoothAddress: (at: ContinuousClock.Instant, state: String)] = [:]
+        var followed: [BluetoothAddress: Followed] = [:]
         var task: Task<Void, Never>?
+        var sweeper: Task<Void, Never>?
     }
 
     let gateway: Gateway
     let broker: any MessageBroker
     public let topics: BridgeTopics
     let log: @Sendable (String) -> Void
+    /// A device not heard for this long is forgotten (`--forget-after`, the watch's too).
+    let forgetAfter: Duration
     let client: StreamClient
     /// MQTT commands run as a WebSocket's do, with this bridge's stream client for subscriptions.
     let session: WebSocketSession
@@ -54,10 +78,12 @@ public final class MQTTBridge: Sendable {
     private let dropped: DropCount
     private final class DropCount: Sendable { let value = Atomic<Int>(0) }
 
-    public init(gateway: Gateway, broker: any MessageBroker, topics: BridgeTopics, log: @escaping @Sendable (String) -> Void) {
+    public init(gateway: Gateway, broker: any MessageBroker, topics: BridgeTopics, forgetAfter: Duration = .seconds(3600),
+                log: @escaping @Sendable (String) -> Void) {
         self.gateway = gateway
         self.broker = broker
         self.topics = topics
+        self.forgetAfter = forgetAfter
         self.log = log
         let (items, inbox) = AsyncStream<Item>.makeStream(bufferingPolicy: .bufferingNewest(Self.inboxLimit))
         self.items = items
@@ -82,11 +108,22 @@ public final class MQTTBridge: Sendable {
             await self.publishState()
             for await item in self.items { await self.handle(item) }
         }
-        state.withLock { $0.task = task }
+        // Sweeps run in the inbox's order, so that a device is never cleared after a newer publish.
+        let interval = min(max(forgetAfter / 4, .seconds(1)), .seconds(60))
+        let sweeper = Task { [inbox] in
+            while (try? await Task.sleep(for: interval)) != nil {
+                inbox.yield(Item(event: nil, subscription: "", json: [], sweep: true))
+            }
+        }
+        state.withLock { s in
+            s.task = task
+            s.sweeper = sweeper
+        }
     }
 
     /// Stops taking events; ends the holds of MQTT subscriptions.
     public func stop() async {
+        state.withLock { $0.sweeper }?.cancel()
         inbox.finish()
         client.close()
         gateway.hub.remove(client)
@@ -108,10 +145,13 @@ public final class MQTTBridge: Sendable {
     public var droppedEvents: Int { dropped.value.load(ordering: .relaxed) }
     /// Topics whose retained message is kept for a reconnection.
     public var retainedCount: Int { state.withLock { $0.retained.count } }
+    /// Devices with topics of their own.
+    public var followedCount: Int { state.withLock { $0.followed.count } }
 
     // MARK: - Events
 
     private func handle(_ item: Item) async {
+        if item.sweep { return await sweep() }
         guard let event = item.event else { return }  // a `dropped` notice: counted by the hub
         guard item.subscription.isEmpty else {
             // A subscription made by an MQTT command.
@@ -153,6 +193,7 @@ public final class MQTTBridge: Sendable {
         var body = SensorBody(info, SensorBoard.Current(reading: update.reading, heard: info.lastSeen ?? Date()), now: Date())
         body.rssi = update.rssi ?? info.rssi
         body.gateway = topics.gatewayID
+        follow(update.device, heard: info.lastSeen ?? Date())
         retain(topics.sensor(update.device), JSON.encodeCompact(body), qos: 0)
         announce(update.device, name: info.name, reading: update.reading)
     }
@@ -162,27 +203,83 @@ public final class MQTTBridge: Sendable {
         let names = Set(reading.measurements.map(\.key))
         guard !names.isEmpty else { return }
         let new = state.withLock { s -> Bool in
-            if let known = s.announced[device], names.isSubset(of: known) { return false }
-            if s.announced.count >= SensorBoard.limit { s.announced.removeAll() }  // announced again when heard
-            s.announced[device, default: []].formUnion(names)
+            guard let known = s.followed[device]?.announced, !names.isSubset(of: known) else { return false }
+            s.followed[device]?.announced.formUnion(names)
             return true
         }
         guard new else { return }
         for (topic, config) in HomeAssistantDiscovery.configs(device: device, name: name, reading: reading, topics: topics) {
+            state.withLock { _ = $0.followed[device]?.discoveryTopics.insert(topic) }
             retain(topic, JSON.encodeCompact(config), qos: 1)
         }
     }
 
     private func publishPresence(_ info: PeripheralInfo, connectionChanged: Bool) {
         let now = ContinuousClock.now
+        follow(info.id, heard: info.lastSeen ?? Date())
         let due = state.withLock { s -> Bool in
-            if let last = s.presence[info.id], !connectionChanged, last.state == info.state.name,
+            if let last = s.followed[info.id]?.presence, !connectionChanged, last.state == info.state.name,
                now - last.at < Self.presenceInterval { return false }
-            if s.presence.count >= SensorBoard.limit { s.presence.removeAll() }
-            s.presence[info.id] = (now, info.state.name)
+            s.followed[info.id]?.presence = (now, info.state.name)
             return true
         }
         if due { retain(topics.device(info.id), JSON.encodeCompact(gateway.deviceBody(info)), qos: 0) }
+    }
+
+    // MARK: - Forgetting
+
+    /// Notes a device heard; a new one past `deviceLimit` makes the one heard longest ago forgotten.
+    private func follow(_ device: BluetoothAddress, heard: Date) {
+        let evicted = state.withLock { s -> BluetoothAddress? in
+            if let known = s.followed[device]?.heard {
+                s.followed[device]?.heard = max(known, heard)
+                return nil
+            }
+            var evicted: BluetoothAddress?
+            if s.followed.count >= Self.deviceLimit, let oldest = s.followed.min(by: { $0.value.heard < $1.value.heard })?.key {
+                evicted = oldest
+            }
+            s.followed[device] = Followed(heard: heard)
+            return evicted
+        }
+        if let evicted { forget([evicted], why: "more than \(Self.deviceLimit) devices") }
+    }
+
+    /// Forgets the devices not heard for `forgetAfter` that the gateway does not hear (or know) either.
+    private func sweep() async {
+        let now = Date()
+        let limit = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
+        let quiet = state.withLock { s in s.followed.filter { now.timeIntervalSince($0.value.heard) > limit }.map(\.key) }
+        var gone: [BluetoothAddress] = []
+        for device in quiet {
+            // Its unchanged readings and RSSI changes do not reach the bridge: the gateway knows better.
+            if let info = try? await gateway.central.peripheral(device) {
+                let heard = info.state == .disconnected ? info.lastSeen : now  // a connected device does not advertise
+                if let heard, now.timeIntervalSince(heard) <= limit {
+                    state.withLock { $0.followed[device]?.heard = heard }
+                    continue
+                }
+            }
+            gone.append(device)
+        }
+        if !gone.isEmpty { forget(gone, why: "not heard for \(limit == limit.rounded() ? "\(Int(limit))" : "\(limit)") s") }
+    }
+
+    /// Clears the devices' own retained topics and drops what is kept of them.
+    private func forget(_ devices: [BluetoothAddress], why: String) {
+        var cleared: [String] = []
+        state.withLock { s in
+            for device in devices {
+                guard let followed = s.followed.removeValue(forKey: device) else { continue }
+                for topic in [topics.device(device), topics.sensor(device)] where s.retained.remove(topic) {
+                    cleared.append(topic)
+                }
+                for topic in followed.discoveryTopics { _ = s.retained.remove(topic) }
+            }
+        }
+        for topic in cleared { broker.publish(topic, [], qos: 1, retain: true) }
+        let shown = devices.prefix(5).map(\.description).joined(separator: ", ") + (devices.count > 5 ? ", ..." : "")
+        log("mqtt: forgot \(devices.count) device\(devices.count == 1 ? "" : "s") (\(why)), their retained topics cleared: \(shown)")
     }
 
     func retain(_ topic: String, _ payload: [UInt8], qos: Int) {
@@ -210,6 +307,9 @@ struct RetainedMessages {
         next += 1
         payloads[topic] = (next, bytes)
     }
+
+    /// Whether the topic was kept.
+    mutating func remove(_ topic: String) -> Bool { payloads.removeValue(forKey: topic) != nil }
 
     subscript(topic: String) -> [UInt8]? { payloads[topic]?.bytes }
 

@@ -2,6 +2,7 @@ import CMosquitto
 import Dispatch
 import Glibc
 import Synchronization
+import Threading
 
 /// A message the broker delivered, with the MQTT 5 request/response properties when it had them.
 public struct Message: Sendable {
@@ -20,13 +21,16 @@ public struct MQTTError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// One connection to a broker, over libmosquitto's threaded loop.
+/// One connection to a broker, over libmosquitto, on a thread of its own.
 ///
 /// - Connecting: MQTT 5 first; a broker that refuses the protocol version gets 3.1.1 on the next
-///   attempt. libmosquitto's loop thread reconnects after a lost connection, waiting
-///   `reconnectDelay` × 1, 4, 9, ... (its "exponential" backoff) up to `reconnectDelayMax`; after
-///   the errors that end its loop (a refused CONNACK, TLS, authentication) a new loop is started
-///   after the same delays. Subscriptions are made again on
+///   attempt. The thread makes an attempt and runs libmosquitto's loop while it lasts; after a
+///   lost or refused connection, or an attempt that fails at once (a refused TCP connection, a
+///   TLS handshake), the next attempt is made after `reconnectDelay` × 1, 4, 9, ... up to
+///   `reconnectDelayMax`, each failure reported to `disconnected` with its reason and what
+///   libmosquitto logged as an error meanwhile (OpenSSL's reason for a TLS failure: "certificate
+///   verify failed"). libmosquitto's own reconnection is not used: it tells nothing of the
+///   attempts that fail, and gives up after some (TLS, a refused CONNACK). Subscriptions are made again on
 ///   every connection (the session is clean), then `connected` runs: the place to publish what
 ///   retained state the broker should have again.
 /// - While disconnected, `publish` queues at most `offlineLimit` messages; past it the oldest is
@@ -36,7 +40,8 @@ public struct MQTTError: Error, CustomStringConvertible {
 /// Callbacks run on libmosquitto's thread: keep them short.
 public final class MQTTClient: @unchecked Sendable {
     // @unchecked: `handle` is libmosquitto's client, which is thread-safe for publish, subscribe
-    // and disconnect while its loop thread runs (`mosquitto_loop_start`); everything else is in `state`.
+    // and disconnect while the connection's thread runs its loop (`mosquitto_threaded_set`);
+    // everything else is in `state` or a semaphore.
 
     public struct Will: Sendable {
         public var topic: String
@@ -98,18 +103,28 @@ public final class MQTTClient: @unchecked Sendable {
         var subscriptions: [(filter: String, qos: Int32)] = []
         var offline: [Outgoing] = []
         var dropped = 0
+        var started = false
         var stopped = false
         /// `stop`'s last message, and who waits for the broker's PUBACK of it.
         var finalMessage: Int32?
         var finalAcknowledged: DispatchSemaphore?
         var acknowledgedAfterStop: Set<Int32> = []
-        /// Loop threads started again after an error that ends libmosquitto's, since the last connection.
+        /// Failed attempts and lost connections since the last connection was made.
         var restarts: UInt32 = 0
+        /// libmosquitto's last error log line since the last attempt (OpenSSL's reasons come this way).
+        var lastError: String?
+        /// Why the connection ended (a refused CONNACK, a lost connection), for the thread to tell.
+        var refusal: String?
+        var lost: String?
     }
 
     public let configuration: Configuration
     private let handle: OpaquePointer
     private let state = Mutex(State())
+    /// Signalled by `stop`: ends the connection thread's wait before its next attempt.
+    private let stopping = DispatchSemaphore(value: 0)
+    /// Signalled when the connection's thread ends.
+    private let ended = DispatchSemaphore(value: 0)
 
     public init(_ configuration: Configuration) throws(MQTTError) {
         self.configuration = configuration
@@ -118,6 +133,7 @@ public final class MQTTClient: @unchecked Sendable {
             throw MQTTError("cannot make an MQTT client (out of memory, or an empty client id)")
         }
         self.handle = handle
+        _ = mosquitto_threaded_set(handle, true)
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v5)
         let url = configuration.url
@@ -136,7 +152,6 @@ public final class MQTTClient: @unchecked Sendable {
             }
             guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("last will", rc) }
         }
-        mosquitto_reconnect_delay_set(handle, configuration.reconnectDelay, configuration.reconnectDelayMax, true)
         mosquitto_connect_v5_callback_set(handle) { _, context, rc, _, _ in
             guard let context else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didConnect(rc)
@@ -153,29 +168,79 @@ public final class MQTTClient: @unchecked Sendable {
             guard let context, let message else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee, properties)
         }
+        mosquitto_log_callback_set(handle) { _, context, level, text in
+            guard let context, let text, level & Int32(MOSQ_LOG_ERR) != 0 else { return }
+            let line = String(cString: text)
+            Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().state.withLock { $0.lastError = line }
+        }
     }
 
     deinit { mosquitto_destroy(handle) }
 
-    /// Starts the loop thread and the first connection attempt; a broker that cannot be reached
+    /// Starts the connection's thread and its first attempt; a broker that cannot be reached
     /// now is tried again with backoff.
-    public func start(_ handlers: Handlers) throws(MQTTError) {
-        state.withLock { $0.handlers = handlers }
-        let rc = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
-        if rc != MOSQ_ERR_SUCCESS.rawValue {
-            handlers.disconnected("first attempt: \(String(cString: mosquitto_strerror(rc))); trying again")
+    public func start(_ handlers: Handlers) {
+        state.withLock { s in
+            s.handlers = handlers
+            s.started = true
         }
-        let loop = mosquitto_loop_start(handle)
-        guard loop == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError("loop thread", loop) }
+        Threads.start(name: "gattway-mqtt") { [self] in run() }
+    }
+
+    /// The connection's thread: an attempt, libmosquitto's loop while the connection lasts, the
+    /// delay before the next; until `stop`.
+    private func run() {
+        defer { ended.signal() }
+        while !isStopped {
+            state.withLock { s in
+                s.lastError = nil
+                s.refusal = nil
+                s.lost = nil
+            }
+            var rc = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
+            let why: String
+            if rc == MOSQ_ERR_SUCCESS.rawValue {
+                guard !isStopped else { return }
+                // Returns when the connection ends (`didDisconnect` makes it), or at an error
+                // before there was one (a TLS handshake that fails in the loop).
+                rc = mosquitto_loop_forever(handle, 1000, 1)
+                guard !isStopped else { return }
+                why = state.withLock { $0.refusal ?? $0.lost } ?? "cannot connect: \(reason(rc))"
+            } else {
+                why = "cannot connect: \(reason(rc))"
+            }
+            let delay = state.withLock { s -> UInt32 in
+                s.restarts = min(s.restarts + 1, 1000)  // (its square must not overflow in a broker's weeks away)
+                return min(configuration.reconnectDelay * s.restarts * s.restarts, configuration.reconnectDelayMax)
+            }
+            handlers?.disconnected("\(why); trying again in \(delay) s")
+            if stopping.wait(timeout: .now() + .seconds(Int(delay))) == .success { return }
+        }
+    }
+
+    private var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// libmosquitto's text for `rc`, with what it logged as an error since the attempt began.
+    private func reason(_ rc: Int32) -> String {
+        let text = String(cString: mosquitto_strerror(rc))
+        guard let logged = state.withLock({ s -> String? in defer { s.lastError = nil }; return s.lastError }) else {
+            // TLS 1.3: the broker's refusal of the client's certificate (or its absence) comes after
+            // the handshake, and libmosquitto may report only that the session broke.
+            if configuration.url.tls && rc == MOSQ_ERR_PROTOCOL.rawValue {
+                return text + " (the broker may have ended the TLS session: does it want a client certificate?)"
+            }
+            return text
+        }
+        return "\(text) (\(logged))"
     }
 
     /// Sends `final` (QoS 1) and waits at most `timeout` for the broker to acknowledge it, then
     /// a DISCONNECT (so the last will is not published: `final` is what replaces it) and stops
     /// the loop thread.
     public func stop(after final: (topic: String, payload: [UInt8], retain: Bool)? = nil, timeout: Duration = .seconds(2)) {
-        let connected = state.withLock { s -> Bool in
+        let (connected, started) = state.withLock { s -> (Bool, Bool) in
             s.stopped = true
-            return s.connected
+            return (s.connected, s.started)
         }
         if connected, let final {
             let acknowledged = DispatchSemaphore(value: 0)
@@ -193,8 +258,9 @@ public final class MQTTClient: @unchecked Sendable {
             let (seconds, attoseconds) = timeout.components
             _ = acknowledged.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
         }
-        _ = mosquitto_disconnect_v5(handle, 0, nil)
-        _ = mosquitto_loop_stop(handle, false)
+        _ = mosquitto_disconnect_v5(handle, 0, nil)  // ends the loop
+        stopping.signal()  // ends a wait for the next attempt
+        if started { _ = ended.wait(timeout: .now() + .seconds(5)) }
     }
 
     public var isConnected: Bool { state.withLock { $0.connected } }
@@ -269,7 +335,7 @@ public final class MQTTClient: @unchecked Sendable {
             }
             if fellBack { _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v311) }
             let reason = String(cString: mosquitto_reason_string(rc))
-            handlers?.disconnected("refused: \(reason)" + (fellBack ? "; trying MQTT 3.1.1" : ""))
+            state.withLock { $0.refusal = "refused by the broker: \(reason)" + (fellBack ? "; MQTT 3.1.1 next" : "") }
             return
         }
         let (subscriptions, queued, version, handlers) = state.withLock { s in
@@ -294,35 +360,15 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     private func didDisconnect(_ rc: Int32) {
-        let (handlers, stopped) = state.withLock { s in
+        let stopped = state.withLock { s in
             s.connected = false
-            return (s.handlers, s.stopped)
+            return s.stopped
         }
         guard !stopped else { return }
-        handlers?.disconnected(rc == 0 ? "disconnected" : "connection lost: \(String(cString: mosquitto_strerror(rc)))")
-        if Self.endsTheLoop.contains(rc) { restartLater() }
-    }
-
-    /// What makes `mosquitto_loop_forever` return instead of reconnecting (a refused CONNACK,
-    /// such as a broker without MQTT 5's, is reported as a protocol error).
-    private static let endsTheLoop: Set<Int32> = Set([
-        MOSQ_ERR_NOMEM, MOSQ_ERR_PROTOCOL, MOSQ_ERR_INVAL, MOSQ_ERR_NOT_FOUND, MOSQ_ERR_TLS, MOSQ_ERR_PAYLOAD_SIZE,
-        MOSQ_ERR_NOT_SUPPORTED, MOSQ_ERR_AUTH, MOSQ_ERR_ACL_DENIED, MOSQ_ERR_UNKNOWN, MOSQ_ERR_EAI, MOSQ_ERR_PROXY,
-    ].map { Int32($0.rawValue) })
-
-    /// A new loop thread and connection attempt, after the delay libmosquitto would have waited
-    /// (its loop thread is ending: this callback runs on it, so the restart runs elsewhere).
-    private func restartLater() {
-        let delay = state.withLock { s -> UInt32 in
-            s.restarts += 1
-            return min(configuration.reconnectDelay * s.restarts * s.restarts, configuration.reconnectDelayMax)
-        }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(delay))) { [self] in
-            guard !state.withLock({ $0.stopped }) else { return }
-            _ = mosquitto_loop_stop(handle, false)  // joins the thread that ended
-            _ = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
-            _ = mosquitto_loop_start(handle)
-        }
+        let lost = rc == 0 ? "disconnected by the broker" : "connection lost: \(reason(rc))"
+        state.withLock { s in if s.refusal == nil { s.lost = lost } }
+        // libmosquitto's loop would try again by itself; disconnected, it returns to `run`.
+        _ = mosquitto_disconnect_v5(handle, 0, nil)
     }
 
     private func didReceive(_ message: mosquitto_message, _ properties: OpaquePointer?) {

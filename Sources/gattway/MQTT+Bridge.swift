@@ -33,12 +33,13 @@ func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacte
         configuration.certificateFile = options.mqttCertificate
         configuration.keyFile = options.mqttKey
         let client = try MQTTClient(configuration)
-        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics, log: log)
+        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics,
+                                forgetAfter: .milliseconds(Int(options.forgetAfterSeconds * 1000)), log: log)
         bridge.start()
         let exposer = exposed.isEmpty ? nil : CharacteristicExposer(bridge: bridge, exposed: exposed)
         exposer?.start()
         if !exposed.isEmpty { log("mqtt: exposing \(exposed.count) characteristic(s) from \(options.mqttExposeFile ?? "")") }
-        try client.start(MQTTClient.Handlers(
+        client.start(MQTTClient.Handlers(
             connected: { version in
                 log("mqtt: connected to \(url) (MQTT \(version == 5 ? "5" : "3.1.1")) as \(topics.base)")
                 bridge.brokerConnected()

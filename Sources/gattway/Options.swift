@@ -19,6 +19,8 @@ struct Options {
     var autoReconnect = false
     /// A scanned device not seen for this long is listed `stale`.
     var staleAfterSeconds = 60.0
+    /// The watch (and the MQTT bridge) forget a device not heard for this long.
+    var forgetAfterSeconds = 3600.0
     /// A device connected for `connect=auto` is disconnected after this long without requests.
     var idleDisconnectSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
@@ -116,6 +118,10 @@ struct Options {
                            a device the scan (or the watch) has not seen for this long is listed
                            with "stale": true (and stays listed, as last seen, when BlueZ
                            forgets it) (default 60)
+      --forget-after SECONDS
+                           the watch forgets a device it has not heard for this long, and the
+                           MQTT bridge clears its retained devices/ and sensors/ topics
+                           (default 3600)
       --idle-disconnect SECONDS
                            a device gattway connected by itself for a ?connect=auto read is
                            disconnected after this long without requests on it (and nothing
@@ -278,6 +284,11 @@ struct Options {
                 case "--stale-after":
                     guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
                     options.staleAfterSeconds = n
+                case "--forget-after":
+                    guard let n = Double(try value()), n >= 1, n <= 604_800 else {
+                        throw UsageError("--forget-after takes seconds, from 1 to 604800")
+                    }
+                    options.forgetAfterSeconds = n
                 case "--idle-disconnect":
                     guard let n = Double(try value()), n > 0, n <= 86_400 else {
                         throw UsageError("--idle-disconnect takes seconds, more than 0 and at most 86400")

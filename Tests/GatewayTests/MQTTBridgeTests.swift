@@ -201,6 +201,44 @@ final class RecordingBroker: MessageBroker {
     }
 }
 
+@Suite struct MQTTBridgeForgettingTests {
+    @Test func aDeviceNotHeardForForgetAfterHasItsTopicsClearedButAConnectedOneIsKept() async throws {
+        let central = FakeCentral()
+        let broker = RecordingBroker()
+        let lines = Mutex<[String]>([])
+        let bridge = MQTTBridge(gateway: Gateway(central: central, version: "test"), broker: broker,
+                                topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), forgetAfter: .seconds(1),
+                                log: { line in lines.withLock { $0.append(line) } })
+        bridge.start()
+        let phone = BluetoothAddress("5A:00:00:00:00:01")!
+        var heard = PeripheralInfo(id: phone, addressType: "random", name: nil, rssi: -70, lastSeen: Date(), state: .disconnected,
+                                   paired: false, advertisement: AdvertisementData())
+        // Connected long ago: it does not advertise.
+        let watch = PeripheralInfo(id: BluetoothAddress("C0:00:00:00:00:02")!, addressType: "public", name: "Watch", rssi: nil,
+                                   lastSeen: Date(timeIntervalSinceNow: -3600), state: .connected, paired: true,
+                                   advertisement: AdvertisementData())
+        central.list([heard, watch])
+        _ = central.handler(.advertisement(heard))
+        _ = central.handler(.connection(id: watch.id, state: .connected, error: nil))
+        #expect(await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty
+            && !broker.on("gattway/gw/devices/C0:00:00:00:00:02").isEmpty })
+        #expect(bridge.followedCount == 2)
+        heard.lastSeen = Date(timeIntervalSinceNow: -5)  // the gateway heard nothing more of it
+        central.list([heard, watch])
+        #expect(await eventually(within: .seconds(5)) { broker.on("gattway/gw/devices/5A:00:00:00:00:01").last?.payload == [] })
+        let cleared = broker.on("gattway/gw/devices/5A:00:00:00:00:01").last!
+        #expect(cleared.retain && cleared.qos == 1)
+        #expect(bridge.followedCount == 1)
+        #expect(broker.on("gattway/gw/devices/C0:00:00:00:00:02").allSatisfy { !$0.payload.isEmpty })
+        #expect(lines.withLock { $0 }.contains { $0.contains("forgot 1 device (not heard for 1 s)") && $0.contains("5A:00:00:00:00:01") })
+        // Not sent again after a reconnection either.
+        broker.published.withLock { $0.removeAll() }
+        bridge.brokerConnected()
+        #expect(broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty)
+        await bridge.stop()
+    }
+}
+
 @Suite struct RetainedMessagesTests {
     @Test func keepsTheLatestPayloadInFirstPublishedOrderAndForgetsTheOldestPastTheLimit() {
         var retained = RetainedMessages()

@@ -3,9 +3,9 @@ two `gattway --simulate --mqtt` gateways (each has the built-in sensors F0:00:00
 paho-mqtt as the client. Payloads are held against openapi.yaml's schemas."""
 import json
 import os
+import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -18,6 +18,8 @@ from paho.mqtt.properties import Properties
 
 import contract
 from conftest import Gateway
+from mqttbroker import Broker, Client, start_gateway
+from test_streams import sse_events
 
 BTHOME = "F0:00:00:00:00:06"
 SENSORS = [f"F0:00:00:00:00:{n:02X}" for n in range(6, 12)]
@@ -30,99 +32,6 @@ def schema(name):
 
 
 SENSOR, DEVICE, STATE, ERROR, EVENT = (schema(n) for n in ("Sensor", "Device", "ManagerState", "Error", "Event"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """A mosquitto on 127.0.0.1:port, without persistence: a restart forgets every retained message."""
-
-    def __init__(self, tmp_path):
-        self.port = free_port()
-        self.config = tmp_path / "mosquitto.conf"
-        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
-        self.proc = None
-        self.start()
-
-    @property
-    def url(self):
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self):
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)  # the broker has no readiness signal but its port
-        pytest.fail("mosquitto did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
-class Client:
-    """A paho client that records what arrives; `wait` blocks (bounded) until a condition holds."""
-
-    def __init__(self, broker, *topics, version=mqtt.MQTTv5):
-        self.messages = []  # (topic, payload bytes, retain, properties)
-        self.cond = threading.Condition()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-" + uuid.uuid4().hex[:8], protocol=version)
-        self.subscribed = threading.Event()
-        self.client.on_message = self._message
-        self.client.on_subscribe = lambda *a: self.subscribed.set()
-        self.client.connect("127.0.0.1", broker.port)
-        self.client.loop_start()
-        if topics:
-            self.client.subscribe([(t, 1) for t in topics])
-            assert self.subscribed.wait(5)
-
-    def _message(self, client, userdata, message):
-        with self.cond:
-            self.messages.append((message.topic, message.payload, message.retain, message.properties))
-            self.cond.notify_all()
-
-    def wait(self, predicate, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = predicate()
-                if value or time.monotonic() > deadline:
-                    return value
-                self.cond.wait(max(0.01, deadline - time.monotonic()))
-
-    def last(self, topic):
-        found = [m for m in self.messages if m[0] == topic]
-        return found[-1] if found else None
-
-    def json(self, topic):
-        m = self.last(topic)
-        return json.loads(m[1]) if m else None
-
-    def on(self, topic):
-        return [json.loads(m[1]) for m in self.messages if m[0] == topic]
-
-    def publish(self, topic, payload, properties=None):
-        info = self.client.publish(topic, payload, qos=1, properties=properties)
-        info.wait_for_publish(5)
-
-    def close(self):
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
-def start_gateway(broker, gateway_id):
-    gw = Gateway(["--simulate", "--mqtt", broker.url, "--gateway-id", gateway_id])
-    assert gw.post("/v1/scan", {})[0] == 200
-    return gw
 
 
 def kill_hard(gw):
@@ -148,7 +57,7 @@ def broker(tmp_path):
 
 @pytest.fixture
 def two(broker):
-    gateways = [start_gateway(broker, "gw-a"), start_gateway(broker, "gw-b")]
+    gateways = [start_gateway(broker.url, "gw-a"), start_gateway(broker.url, "gw-b")]
     yield gateways
     for gw in gateways:
         gw.stop()
@@ -156,7 +65,7 @@ def two(broker):
 
 @pytest.fixture
 def one(broker):
-    gw = start_gateway(broker, "gw-a")
+    gw = start_gateway(broker.url, "gw-a")
     yield gw
     gw.stop()
 
@@ -252,7 +161,7 @@ def two_heard_from_the_start(broker):
     --simulate) they announce their sensors within a second of starting, before a client
     subscribed after them would hear it live."""
     live = Client(broker, "homeassistant/#")
-    gateways = [start_gateway(broker, "gw-a"), start_gateway(broker, "gw-b")]
+    gateways = [start_gateway(broker.url, "gw-a"), start_gateway(broker.url, "gw-b")]
     yield live, gateways
     for gw in gateways:
         gw.stop()
@@ -491,3 +400,73 @@ def test_a_broker_without_mqtt_5_gets_3_1_1():
     finally:
         gw.stop()
         old.server.close()
+
+
+def test_rssi_changes_do_not_flood_while_changed_readings_still_go_out(broker):
+    """A scan that allows duplicates reports every advertisement, each with the simulator's RSSI
+    jitter: presence goes out once per device (then at most every 30 s), sensor values when a
+    measurement changes, whatever the RSSI does."""
+    watcher = Client(broker, "gattway/gw-r/devices/+", "gattway/gw-r/sensors/+")
+    gw = start_gateway(broker.url, "gw-r", scan={"allowDuplicates": True})
+    try:
+        window = 8.0
+        started = time.monotonic()
+        adverts = sse_events(gw, "types=advertisement", 100_000, window)
+        elapsed = time.monotonic() - started + 1  # the gateway published since its start, a moment before
+        heard = {}
+        for event in adverts:
+            heard.setdefault(event["data"]["device"], set()).add(event["data"]["peripheral"].get("rssi"))
+        # RSSI changed many times meanwhile, for the sensors too.
+        assert len(adverts) >= 50 and len(heard.get(BTHOME, ())) >= 3, (len(adverts), heard.get(BTHOME))
+        with watcher.cond:
+            messages = list(watcher.messages)
+        presence = {}
+        for topic, payload, _, _ in messages:
+            if "/devices/" in topic:
+                presence[topic] = presence.get(topic, 0) + 1
+        assert presence and max(presence.values()) == 1, presence
+        assert len(presence) <= len(heard) + 1  # (+1: a device heard just before the window)
+        values = [json.loads(p)["reading"]["measurements"] for t, p, _, _ in messages if t == f"gattway/gw-r/sensors/{BTHOME}"]
+        # The simulated BTHome sensor measures every 2-3 s: each of those goes out, nothing else.
+        assert 2 <= len(values) <= elapsed / 2 + 2, (len(values), elapsed)
+        assert all(a != b for a, b in zip(values, values[1:])), values
+        per_sensor = {}
+        for topic, *_ in messages:
+            if "/sensors/" in topic:
+                per_sensor[topic] = per_sensor.get(topic, 0) + 1
+        assert max(per_sensor.values()) <= elapsed / 2 + 2, per_sensor
+    finally:
+        gw.stop()
+        watcher.close()
+
+
+def test_a_device_not_heard_for_forget_after_has_its_retained_topics_cleared(broker):
+    topics = [f"gattway/gw-f/devices/{BTHOME}", f"gattway/gw-f/sensors/{BTHOME}"]
+    kept = f"gattway/gw-f/sensors/{SENSORS[1]}"
+    watcher = Client(broker, "gattway/gw-f/devices/+", "gattway/gw-f/sensors/+")
+    gw = start_gateway(broker.url, "gw-f", "--forget-after", "3")
+    try:
+        assert watcher.wait(lambda: all(watcher.last(t) for t in topics), 15)
+        gw.simulator("SetFault", "string:" + BTHOME, 'string:{"outOfRange": true}')
+        gone = time.monotonic()
+        # An empty retained message clears a topic; subscribers get it as an empty payload.
+        assert watcher.wait(lambda: all(watcher.last(t)[1] == b"" for t in topics), 15), \
+            [watcher.last(t)[1][:40] for t in topics]
+        # Not before --forget-after (counted from the last advertisement, heard up to a second
+        # before the fault); at most a sweep (a quarter of it, at least 1 s) and a margin later.
+        assert 2 <= time.monotonic() - gone <= 9
+        assert any(re.search(rf"mqtt: forgot 1 device \(not heard for 3 s\).*{BTHOME}", line) for line in gw.log), \
+            [line for line in gw.log if "forgot" in line]
+        # A newcomer gets no retained message for it, while a sensor still heard is kept.
+        late = Client(broker, "gattway/gw-f/devices/+", "gattway/gw-f/sensors/+", kept)
+        assert late.wait(lambda: late.last(kept), 5)
+        time.sleep(0.5)  # retained messages come in one burst after SUBACK; let it end (there is no end marker)
+        assert late.last(topics[0]) is None and late.last(topics[1]) is None
+        late.close()
+        # Heard again: its values are published again.
+        gw.simulator("ClearFaults", "string:" + BTHOME)
+        assert watcher.wait(lambda: watcher.last(topics[1])[1] != b"", 10)
+        SENSOR.validate(watcher.json(topics[1]))
+    finally:
+        gw.stop()
+        watcher.close()
