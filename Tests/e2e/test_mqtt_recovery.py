@@ -7,14 +7,7 @@ import json
 import pytest
 
 from conftest import Gateway
-from test_mqtt import BTHOME, HEART_RATE, STATE, Broker, Client, command
-
-
-@pytest.fixture
-def broker(tmp_path):
-    b = Broker(tmp_path)
-    yield b
-    b.stop()
+from test_mqtt import BTHOME, HEART_RATE, STATE, Client, broker, command  # noqa: F401 (broker: the fixture)
 
 
 @pytest.fixture
