@@ -29,15 +29,21 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
 
     /// The last element ("dev_00_11" of "/org/bluez/hci0/dev_00_11").
     public var lastElement: Substring {
-        guard let slash = rawValue.lastIndex(of: "/") else { return rawValue[...] }
+        guard let slash = rawValue.utf8.lastIndex(of: UInt8(ascii: "/")) else { return rawValue[...] }
         return rawValue[rawValue.index(after: slash)...]
     }
 
     /// The parent path, nil for "/".
+    /// On the notification path (two steps per value): a byte scan, not a Character one, and no
+    /// second validation, since the parent of a valid path is valid.
     public var parent: ObjectPath? {
-        guard rawValue != "/", let slash = rawValue.lastIndex(of: "/") else { return nil }
-        let head = String(rawValue[..<slash])
-        return ObjectPath(trusted: head.isEmpty ? "/" : head)
+        let utf8 = rawValue.utf8
+        guard rawValue != "/", let slash = utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        return ObjectPath(valid: slash == utf8.startIndex ? "/" : String(rawValue[..<slash]))
+    }
+
+    private init(valid string: String) {
+        rawValue = string
     }
 
     /// True when `self` is `ancestor` or lies below it.

@@ -8,7 +8,9 @@ import FoundationEssentials
 /// one encoding, not 1 000.
 struct EventEncodings {
     let event: HubEvent
-    private var byFormat: [ValueFormat: [UInt8]] = [:]
+    /// By format: a slot each rather than a dictionary, which hashed the format's name for
+    /// every delivery.
+    private var hex, base64, utf8: [UInt8]?
     private var sse: [UInt8]?
     private let fragments: AttributeFragments?
 
@@ -21,10 +23,27 @@ struct EventEncodings {
     /// The shared part of the event's JSON in `format` (which only notifications depend on).
     mutating func open(_ format: ValueFormat) -> [UInt8] {
         let key: ValueFormat = if case .central(.value) = event.event { format } else { .hex }
-        if let cached = byFormat[key] { return cached }
+        if let cached = self[key] { return cached }
         let encoded = Self.encode(event, format: key, fragments: fragments)
-        byFormat[key] = encoded
+        self[key] = encoded
         return encoded
+    }
+
+    private subscript(format: ValueFormat) -> [UInt8]? {
+        get {
+            switch format {
+            case .hex: hex
+            case .base64: base64
+            case .utf8: utf8
+            }
+        }
+        set {
+            switch format {
+            case .hex: hex = newValue
+            case .base64: base64 = newValue
+            case .utf8: utf8 = newValue
+            }
+        }
     }
 
     /// `id: <seq>\nevent: <type>\ndata: `, the SSE lines before the JSON.
@@ -148,7 +167,7 @@ struct JSONWriter {
                 rest /= 10
                 count += 1
             }
-            bytes += buffer[(20 - count)...]
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[(20 - count)...]))
         }
     }
 
@@ -227,7 +246,8 @@ struct ClientEvent {
     let subscription: [UInt8]
     let sse: Bool
 
-    private static let sequenceKey = Array(#","sequence":"#.utf8)
+    /// A literal, not an array: no lazy global and no reference count touched per delivery.
+    private static let sequenceKey: StaticString = #","sequence":"#
 
     /// `,"subscription":"<name>"`, as a subscription's events carry it.
     static func subscriptionField(_ name: String) -> [UInt8] {
@@ -239,20 +259,26 @@ struct ClientEvent {
 
     var count: Int {
         var count = head.count + open.count + subscription.count + 1 + (sse ? 2 : 0)
-        if let sequence { count += Self.sequenceKey.count + Self.digits(sequence) }
+        if let sequence { count += Self.sequenceKey.utf8CodeUnitCount + Self.digits(sequence) }
         return count
     }
 
+    /// Runs once per delivery: empty parts (a WebSocket's head, an unnamed subscription) are
+    /// skipped rather than appended.
     func write(into bytes: inout [UInt8]) {
-        bytes += head
+        if !head.isEmpty { bytes += head }
         bytes += open
         if let sequence {
-            bytes += Self.sequenceKey
+            bytes.append(contentsOf: UnsafeRawBufferPointer(start: Self.sequenceKey.utf8Start,
+                                                            count: Self.sequenceKey.utf8CodeUnitCount))
             JSONWriter.appendNumber(sequence, to: &bytes)
         }
-        bytes += subscription
+        if !subscription.isEmpty { bytes += subscription }
         bytes.append(UInt8(ascii: "}"))
-        if sse { bytes += [0x0A, 0x0A] }
+        if sse {
+            bytes.append(0x0A)
+            bytes.append(0x0A)
+        }
     }
 
     var bytes: [UInt8] {

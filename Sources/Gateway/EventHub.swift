@@ -215,7 +215,17 @@ final class EventHub: Sendable {
         let keepAliveInterval: Duration
         var seq: UInt64 = 0
         var ring: [HubEvent] = []
-        var clients: [Int: StreamClient] = [:]
+        var clients: [Int: StreamClient] = [:] {
+            didSet { clientList = nil }
+        }
+        /// `clients.values` as an array, made again only after a change (not for every batch).
+        private var clientList: [StreamClient]?
+        var everyClient: [StreamClient] {
+            if let clientList { return clientList }
+            let list = Array(clients.values)
+            clientList = list
+            return list
+        }
         let fragments = AttributeFragments()
 
         init(mailbox: Mailbox, keepAliveInterval: Duration) {
@@ -249,7 +259,7 @@ final class EventHub: Sendable {
                     }
                 }
                 if contents.overflow > 0 {
-                    for client in Array(clients.values) where client.noteDropped(contents.overflow) { disconnect(client) }
+                    for client in everyClient where client.noteDropped(contents.overflow) { disconnect(client) }
                 }
                 let now = ContinuousClock.now
                 var live: [HubEvent] = []
@@ -259,12 +269,12 @@ final class EventHub: Sendable {
                     ring.append(event)
                     if ring.count > 2 * EventHub.ringSize { ring.removeFirst(ring.count - EventHub.ringSize) }
                     if now - published.at > EventHub.maxLag {
-                        for client in Array(clients.values) where client.wants(event) && client.noteDropped(1) { disconnect(client) }
+                        for client in everyClient where client.wants(event) && client.noteDropped(1) { disconnect(client) }
                     } else {
                         live.append(event)
                     }
                 }
-                if !live.isEmpty { offer(live, to: Array(clients.values)) }
+                if !live.isEmpty { offer(live, to: everyClient) }
                 for barrier in barriers { barrier.resume() }
                 if ContinuousClock.now >= nextKeepAlive {
                     for client in clients.values { client.keepAlive() }

@@ -107,10 +107,7 @@ final class StreamClient: Sendable {
             for (name, subscription) in s.subscriptions where subscription.selection.matches(event) {
                 var sequence: UInt64?
                 if let device = event.device, let handle = event.characteristicHandle {
-                    let key = SequenceKey(subscription: subscription.number, device: device, characteristic: handle)
-                    let next = (s.sequences[key] ?? 0) + 1
-                    s.sequences[key] = next
-                    sequence = next
+                    sequence = Self.next(in: &s.sequences, SequenceKey(subscription: subscription.number, device: device, characteristic: handle))
                 }
                 let message = ClientEvent(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
                                       sequence: sequence, subscription: named || !name.isEmpty ? subscription.field : [],
@@ -131,6 +128,16 @@ final class StreamClient: Sendable {
             trim(&s)
             return s.droppedInARow > dropLimit
         }
+    }
+
+    /// Counts up the key's sequence, hashing it once (this runs for every delivery).
+    private static func next(in sequences: inout [SequenceKey: UInt64], _ key: SequenceKey) -> UInt64 {
+        guard let index = sequences.index(forKey: key) else {
+            sequences[key] = 1
+            return 1
+        }
+        sequences.values[index] += 1
+        return sequences.values[index]
     }
 
     /// Counts events lost before they reached this client (the hub fell behind).

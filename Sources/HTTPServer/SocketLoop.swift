@@ -139,6 +139,10 @@ final class SocketLoop: Sendable {
         var peers: [UInt64: Peer] = [:]
         /// Peers that used up their read budget with bytes still waiting (no new edge will come).
         var ready: Set<UInt64> = []
+        /// When a peer's ping or close deadline may be due first: the timers run then, not at every
+        /// turn of the loop (they visit every peer). Deadlines only move later, except a new peer's
+        /// and a close's, which lower it (`due`); one that moved later makes a check find nothing.
+        var nextTimers: ContinuousClock.Instant?
         /// Where `recv` reads to.
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
 
@@ -204,7 +208,7 @@ final class SocketLoop: Sendable {
                 for token in ready {
                     if let peer = peers[token] { receive(peer) } else { ready.remove(token) }
                 }
-                checkTimers()
+                if let next = nextTimers, ContinuousClock.now >= next { checkTimers() }
             }
         }
 
@@ -229,6 +233,7 @@ final class SocketLoop: Sendable {
                         continue
                     }
                     peers[socket.token] = peer
+                    if let deadline = peer.pingDeadline { due(deadline) }
                     socket.attach(fd: fd)
                     peer.inbound.append(extra)
                     process(peer)
@@ -236,9 +241,7 @@ final class SocketLoop: Sendable {
                     if peers[socket.token] != nil { flush(peer) }
                 case .attend(let token):
                     guard let peer = peers[token] else { continue }
-                    if case .closing = peer.socket.takeAttention(), peer.closeDeadline == nil {
-                        peer.closeDeadline = ContinuousClock.now + SocketLoop.closeTimeout
-                    }
+                    if case .closing = peer.socket.takeAttention() { startCloseTimer(peer) }
                     flush(peer)
                 case .shutDown:
                     for peer in peers.values {
@@ -311,7 +314,7 @@ final class SocketLoop: Sendable {
                     _ = peer.socket.beginClosing(code: code, frame: .close(code: code))
                     peer.reading = false
                     peer.closeWhenFlushed = true
-                    peer.closeDeadline = peer.closeDeadline ?? ContinuousClock.now + SocketLoop.closeTimeout
+                    startCloseTimer(peer)
                 }
             }
         }
@@ -322,7 +325,7 @@ final class SocketLoop: Sendable {
             _ = peer.socket.beginClosing(code: code, frame: .close(code: code, reason: reason))
             peer.reading = false
             peer.closeWhenFlushed = true
-            peer.closeDeadline = peer.closeDeadline ?? ContinuousClock.now + SocketLoop.closeTimeout
+            startCloseTimer(peer)
         }
 
         private func flush(_ peer: Peer) {
@@ -352,8 +355,21 @@ final class SocketLoop: Sendable {
             }
         }
 
-        /// Pings quiet clients, drops silent ones and closing ones that took too long.
+        /// A closing peer waits `closeTimeout` at most (from the first reason to close).
+        private func startCloseTimer(_ peer: Peer) {
+            let deadline = peer.closeDeadline ?? ContinuousClock.now + SocketLoop.closeTimeout
+            peer.closeDeadline = deadline
+            due(deadline)
+        }
+
+        private func due(_ deadline: ContinuousClock.Instant) {
+            if nextTimers.map({ deadline < $0 }) ?? true { nextTimers = deadline }
+        }
+
+        /// Pings quiet clients, drops silent ones and closing ones that took too long; then finds
+        /// the nearest deadline.
         private func checkTimers() {
+            defer { nextTimers = peers.values.compactMap { $0.closeDeadline ?? $0.pingDeadline }.min() }
             let now = ContinuousClock.now
             for peer in Array(peers.values) {
                 if let deadline = peer.closeDeadline {
@@ -374,8 +390,7 @@ final class SocketLoop: Sendable {
 
         /// Until the nearest timer, -1 for none.
         private func timeoutMilliseconds() -> Int32 {
-            let deadlines = peers.values.compactMap { $0.closeDeadline ?? $0.pingDeadline }
-            guard let nearest = deadlines.min() else { return -1 }
+            guard let nearest = nextTimers else { return -1 }
             let (seconds, attoseconds) = (nearest - .now).components
             let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
             return Int32(clamping: max(0, milliseconds))
