@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import wait_for
 from mqttbroker import Broker, Client, start_gateway
 
 BTHOME = "F0:00:00:00:00:06"
@@ -154,7 +155,7 @@ def test_the_right_user_and_password_connect(broker):
         assert watcher.last("gattway/gw-user/availability")[1] == b"online"
         # The password never reaches the log.
         assert not any(PASSWORD in line for line in gw.log)
-        assert any(f"mqtt://{USER}:***@127.0.0.1:{broker.ports[1]}" in line for line in gw.log), gw.log
+        assert wait_for(lambda: any(f"mqtt://{USER}:***@127.0.0.1:{broker.ports[1]}" in line for line in gw.log), 5), gw.log
     finally:
         gw.stop()
         watcher.close()
