@@ -97,6 +97,11 @@ class Client:
         found = [m for m in self.messages if m[0] == topic]
         return found[-1] if found else None
 
+    def first(self, topic):
+        """Right after subscribing, the broker's retained copy; a later message of a topic that
+        changes may be a live one (retain flag off)."""
+        return next((m for m in self.messages if m[0] == topic), None)
+
     def json(self, topic):
         m = self.last(topic)
         return json.loads(m[1]) if m else None
