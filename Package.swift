@@ -42,7 +42,7 @@ let package = Package(
         .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
-        .target(name: "Access", dependencies: ["HTTPServer"]),
+        .target(name: "Access", dependencies: ["HTTPServer", "Threading"]),
         // The browser dashboard's static files, embedded in the binary; served by Gateway.
         .target(name: "Dashboard", exclude: ["make-names.py"], resources: [
             .embedInCode("Resources/index.html"), .embedInCode("Resources/app.js"), .embedInCode("Resources/style.css"),

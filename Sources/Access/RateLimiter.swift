@@ -1,4 +1,5 @@
 import Synchronization
+import Threading
 
 /// Requests per client address, as token buckets: each client may send `burst` requests at once
 /// and `perSecond` on average. Bounded: past `maxClients` addresses, those whose buckets have
@@ -38,7 +39,7 @@ public final class RateLimiter: Sendable {
 
     private func refilled(_ bucket: Bucket, _ now: ContinuousClock.Instant) -> Bucket {
         let elapsed = now - bucket.updated
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         return Bucket(tokens: min(burst, bucket.tokens + max(0, seconds) * perSecond), updated: now)
     }
 

@@ -98,8 +98,8 @@ final class Scanner: Sendable {
 
     init(link: BusLink, events: HandlerSlot<CentralEvent>, staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
          log: @escaping @Sendable (String) -> Void) {
-        self.staleAfter = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
-        self.forgetAfter = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
+        self.staleAfter = staleAfter.inSeconds
+        self.forgetAfter = forgetAfter.inSeconds
         self.link = link
         self.events = events
         self.log = log

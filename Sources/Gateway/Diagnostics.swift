@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import HTTPServer
 import Synchronization
+import Threading
 
 /// What stream clients were given and lost, summed over every client (for `/metrics`).
 final class DeliveryCounters: Sendable {
@@ -120,7 +121,7 @@ extension Gateway {
             let start = ContinuousClock.now
             let response = await handler(request)
             let elapsed = ContinuousClock.now - start
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.inSeconds
             self.requests.observe(method: request.method, status: response.status, seconds: seconds)
             return response
         }

@@ -1,6 +1,7 @@
 import BLE
 import FoundationEssentials
 import Sensors
+import Threading
 
 /// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
 /// Notifications take the hand-written path of `EventEncodings`, with the same fields.
@@ -75,7 +76,7 @@ struct EventBody: Encodable {
         case .reconnecting(_, let n, let delay):
             state = "reconnecting"
             attempt = n
-            retryIn = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
+            retryIn = delay.inSeconds
         case .value(let v):
             service = Attribute(handle: handleText(v.serviceHandle), uuid: v.serviceUUID.uuidString)
             characteristic = Attribute(handle: handleText(v.characteristicHandle), uuid: v.characteristicUUID.uuidString)

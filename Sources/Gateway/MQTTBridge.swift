@@ -2,6 +2,7 @@ import BLE
 import FoundationEssentials
 import Sensors
 import Synchronization
+import Threading
 
 /// The gateway on an MQTT broker: what it hears, published under `BridgeTopics`, Home Assistant
 /// discovery for its sensors, and commands answered as the WebSocket answers them.
@@ -248,7 +249,7 @@ public final class MQTTBridge: Sendable {
     /// Forgets the devices not heard for `forgetAfter` that the gateway does not hear (or know) either.
     private func sweep() async {
         let now = Date()
-        let limit = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
+        let limit = forgetAfter.inSeconds
         let quiet = state.withLock { s in s.followed.filter { now.timeIntervalSince($0.value.heard) > limit }.map(\.key) }
         var gone: [BluetoothAddress] = []
         for device in quiet {
