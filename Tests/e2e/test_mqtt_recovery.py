@@ -14,9 +14,14 @@ from test_mqtt import BTHOME, HEART_RATE, STATE, Client, broker, command  # noqa
 def streaming(broker):
     """A gateway whose heart-rate monitor is connected over MQTT (kept: autoReconnect) and whose
     2A37 notifications stream to gattway/gw-r/notifications/...; the stream's client."""
+    online = Client(broker, "gattway/gw-r/availability")
     gw = Gateway(["--simulate", "--mqtt", broker.url, "--gateway-id", "gw-r"])
     stream = None
     try:
+        # A command sent before the bridge has subscribed to its command topic is lost (failed
+        # once in a clean-clone run): first the gateway's `online`, published once it has.
+        assert online.wait(lambda: (online.last("gattway/gw-r/availability") or (0, b""))[1] == b"online", 15)
+        online.close()
         reply, _ = command(broker, "gw-r", {"op": "connect", "id": "1", "device": HEART_RATE, "timeout": 10, "autoReconnect": True})
         assert reply["op"] == "result" and reply["state"] == "connected", reply
         stream = Client(broker, f"gattway/gw-r/notifications/{HEART_RATE}/#", "gattway/gw-r/state",
