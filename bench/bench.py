@@ -17,6 +17,11 @@ where noted they alternate (gattway, python, gattway, python) and the figures ar
                  the probes (pooled over rounds). floor jitter = the observer's arrival against
                  the simulator's tick schedule (above its minimum). delivered = messages whose
                  value lies in the measured window, over (values the floor saw x N clients).
+                 socket floor = after the rig is stopped, a plain Python sender sends a message of
+                 the gateway's notification size to each of N loopback sockets in turn (read by a
+                 child on one epoll), at the same rate: p50 of the time from a round's start to
+                 each send's return — what the kernel alone makes the median socket wait, the
+                 part of "added" that no single-threaded gateway on this machine can remove.
   b. cpu         utime+stime of the gateway (/proc/PID/stat) over a window of steady load (100
                  clients on 4 characteristics at 100/s each: 400 notifications/s, 40 000 deliveries/s,
                  the load of the issue that asked for this benchmark), per 1000
@@ -56,6 +61,7 @@ import queue
 import re
 import resource
 import signal
+import select
 import socket
 import statistics
 import subprocess
@@ -366,11 +372,19 @@ def phase_latency(gw, tag, clients, rate, window_s):
         added = [(t - floor_t[int(v)]) / 1e6 for conn in p["arrivals"] for v, t in conn.items() if int(v) in floor_t]
         jitter = schedule_jitter(floor_t)
         expected = len(floor_t) * clients
+        size = p.get("size") or 200
         delivered = (p["in_window"] + l["in_window"]) / expected if expected else None
         log(f"  {gw.name} {clients} clients ({rate}/s): opened {opened}, failed {failed}, floor saw {len(floor_t)}"
             f"/{hi - lo}, delivered {fraction(delivered)}, added p50 {fmt(pct(added, 50))} ms p99 {fmt(pct(added, 99))} ms,"
             f" dropped events {p['dropped_events'] + l['dropped_events']}; floor jitter p50 {fmt(pct(jitter, 50))} ms")
-        return {"added": added, "jitter": jitter, "delivered": delivered, "opened": opened, "failed": failed}
+    # After the rig is gone, so that nothing else runs beside it.
+    with contextlib.ExitStack() as st:
+        sender = Helper(st, f"latency{clients}-{tag}-sendfloor", "_sendfloor", "--events", str(clients),
+                        "--pid", str(rate), "--limit", str(int(size)))
+        sends = sender.get(120)["waits"]
+    log(f"  socket floor ({clients} sockets, {int(size)} bytes): p50 {fmt(pct(sends, 50))} ms")
+    return {"added": added, "jitter": jitter, "delivered": delivered, "opened": opened, "failed": failed,
+            "sends": sends}
 
 
 def steady_load(gw, name, clients, chars, interval_ms, window_s):
@@ -527,6 +541,7 @@ class Tally:
     lo = hi = None
     record = False
     notifications = in_window = dropped_events = dropped_count = closed = 0
+    size = None  # the first notification's frame, header included (for the socket floor)
 
 
 class WSClient(asyncio.Protocol):
@@ -596,6 +611,8 @@ class WSClient(asyncio.Protocol):
             if opcode == 1:
                 if buf.find(b'"notification"', s, e) >= 0:
                     t.notifications += 1
+                    if t.size is None:
+                        t.size = e - s + head
                     if t.lo is not None:
                         v = counter(buf, s, e)
                         if v is not None and t.lo <= v < t.hi:
@@ -679,7 +696,7 @@ async def role_ws(args):
             answer(ok=True)
         elif cmd["cmd"] == "stats":
             answer(notifications=tally.notifications, in_window=tally.in_window, dropped_events=tally.dropped_events,
-                   dropped_count=tally.dropped_count, closed=tally.closed,
+                   dropped_count=tally.dropped_count, closed=tally.closed, size=tally.size,
                    arrivals=[c.arrivals for c in conns] if tally.record else [])
 
 
@@ -850,6 +867,46 @@ async def role_endure(args):
            dropped_events=tally.dropped_events, dropped_count=tally.dropped_count)
 
 
+async def role_sendfloor(args):
+    """The kernel's share of a fan-out on this machine: `--events` loopback TCP connections from
+    this process to a child that reads them all on one epoll (as the load client does); at the
+    phase's rate, one `--limit`-byte message is sent to every socket in turn, with nothing else
+    done between the sends. Answers the time from each round's start to each send's return, in
+    ms: a gateway that did no work of its own would still make the k-th socket wait that long."""
+    n, size = args.events, int(args.limit)
+    listener = socket.create_server((HOST, 0), backlog=n + 16)
+    port = listener.getsockname()[1]
+    child = os.fork()
+    if child == 0:  # the reader
+        listener.close()
+        conns = [socket.create_connection((HOST, port)) for _ in range(n)]
+        ep = select.epoll()
+        by_fd = {c.fileno(): c for c in conns}
+        for fd in by_fd:
+            ep.register(fd, select.EPOLLIN)
+        while by_fd:
+            for fd, _ in ep.poll():
+                if fd in by_fd and not by_fd[fd].recv(65536):
+                    ep.unregister(fd)
+                    del by_fd[fd]
+        os._exit(0)
+    socks = [listener.accept()[0] for _ in range(n)]
+    for c in socks:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    message, waits = b"x" * size, []
+    interval = 1 / args.pid  # --pid carries the rate here
+    for _ in range(max(20, int(5 * args.pid))):
+        start = time.perf_counter_ns()
+        for c in socks:
+            c.send(message)
+            waits.append((time.perf_counter_ns() - start) / 1e6)
+        await asyncio.sleep(interval)
+    for c in socks:
+        c.close()
+    os.waitpid(child, 0)
+    answer(waits=waits)
+
+
 def helper_main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("role")
@@ -861,7 +918,7 @@ def helper_main(argv):
     p.add_argument("--events", type=int)
     p.add_argument("--limit", type=float)
     args = p.parse_args(argv)
-    roles = {"_ws": role_ws, "_floor": role_floor, "_sse": role_sse, "_endure": role_endure}
+    roles = {"_ws": role_ws, "_floor": role_floor, "_sse": role_sse, "_endure": role_endure, "_sendfloor": role_sendfloor}
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         asyncio.run(roles[args.role](args))
 
@@ -994,6 +1051,8 @@ def figures(r):
             jitter = [x for run in runs for x in run["jitter"]]
             f[f"lat{n}_p50"], f[f"lat{n}_p99"] = pct(added, 50), pct(added, 99)
             f[f"lat{n}_floor"] = pct(jitter, 99)
+            sends = [x for run in runs for x in run.get("sends", [])]
+            f[f"lat{n}_sends"] = pct(sends, 50) if sends else None
             f[f"lat{n}_delivered"] = statistics.median(run["delivered"] for run in runs if run["delivered"] is not None)
             f[f"lat{n}_opened"] = min(run["opened"] for run in runs)
     if runs := ok("cpu"):
@@ -1037,14 +1096,17 @@ ROWS = [
     ("lat1_p50", "latency, 1 client @50/s: added p50 (ms, pooled)"),
     ("lat1_p99", "latency, 1 client: added p99 (ms)"),
     ("lat1_floor", "latency, 1 client: D-Bus floor jitter p99 (ms)"),
+    ("lat1_sends", "latency, 1 client: socket floor p50 (ms, sends alone)"),
     ("lat1_delivered", "latency, 1 client: delivered fraction (median)"),
     ("lat100_p50", "latency, 100 clients @50/s: added p50 (ms, pooled)"),
     ("lat100_p99", "latency, 100 clients: added p99 (ms)"),
     ("lat100_floor", "latency, 100 clients: D-Bus floor jitter p99 (ms)"),
+    ("lat100_sends", "latency, 100 clients: socket floor p50 (ms, sends alone)"),
     ("lat100_delivered", "latency, 100 clients: delivered fraction (median)"),
     ("lat1000_p50", "latency, 1000 clients @10/s: added p50 (ms, pooled)"),
     ("lat1000_p99", "latency, 1000 clients: added p99 (ms)"),
     ("lat1000_floor", "latency, 1000 clients: D-Bus floor jitter p99 (ms)"),
+    ("lat1000_sends", "latency, 1000 clients: socket floor p50 (ms, sends alone)"),
     ("lat1000_opened", "latency, 1000 clients: sockets subscribed (fewest)"),
     ("lat1000_delivered", "latency, 1000 clients: delivered fraction (median)"),
     ("cpu_per_1000", "CPU-s per 1000 deliveries (100 cl x 4 ch @100/s, pooled)"),
