@@ -28,8 +28,9 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
-        // libmosquitto, for the MQTT bridge (`--mqtt`).
-        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        // libmosquitto's headers (libmosquitto-dev), for the MQTT bridge (`--mqtt`). Not linked (no
+        // pkgConfig: it would add -lmosquitto): the MQTT module opens the library when it is used.
+        .systemLibrary(name: "CMosquitto"),
 
         // Tools for code that runs on several threads, for every layer.
         .target(name: "Threading"),
