@@ -17,7 +17,6 @@ public struct Message: Sendable {
 
 public struct MQTTError: Error, CustomStringConvertible {
     public let description: String
-    init(_ what: String, _ rc: Int32) { description = "\(what): \(String(cString: mosquitto_strerror(rc)))" }
     init(_ description: String) { self.description = description }
 }
 
@@ -119,6 +118,7 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     public let configuration: Configuration
+    private let mosquitto: gw_mosquitto
     private let handle: OpaquePointer
     private let state = Mutex(State())
     /// Signalled by `stop`: ends the connection thread's wait before its next attempt.
@@ -128,54 +128,56 @@ public final class MQTTClient: @unchecked Sendable {
 
     public init(_ configuration: Configuration) throws(MQTTError) {
         self.configuration = configuration
-        mosquitto_lib_init()
-        guard let handle = mosquitto_new(configuration.clientID, true, nil) else {
+        let mosquitto = try libmosquitto.get()
+        self.mosquitto = mosquitto
+        guard let handle = mosquitto.new(configuration.clientID, true, nil) else {
             throw MQTTError("cannot make an MQTT client (out of memory, or an empty client id)")
         }
         self.handle = handle
-        _ = mosquitto_threaded_set(handle, true)
-        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
-        _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v5)
+        // Every stored property has its value: a throw from here on runs deinit, which destroys `handle`.
+        func check(_ rc: Int32, _ what: String) throws(MQTTError) {
+            guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError("\(what): \(mosquitto.text(rc))") }
+        }
+        _ = mosquitto.threaded_set(handle, true)
+        mosquitto.user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        _ = mosquitto.int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v5)
         let url = configuration.url
         if let user = url.user {
-            let rc = mosquitto_username_pw_set(handle, user, url.password)
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("user and password", rc) }
+            try check(mosquitto.username_pw_set(handle, user, url.password), "user and password")
         }
         if url.tls {
-            let rc = mosquitto_tls_set(handle, configuration.caFile, configuration.caFile == nil ? "/etc/ssl/certs" : nil,
-                                       configuration.certificateFile, configuration.keyFile, nil)
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("TLS", rc) }
+            try check(mosquitto.tls_set(handle, configuration.caFile, configuration.caFile == nil ? "/etc/ssl/certs" : nil,
+                                        configuration.certificateFile, configuration.keyFile, nil), "TLS")
         }
         if let will = configuration.will {
-            let rc = will.payload.withUnsafeBytes {
-                mosquitto_will_set_v5(handle, will.topic, Int32($0.count), $0.baseAddress, 1, will.retain, nil)
-            }
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { mosquitto_destroy(handle); throw MQTTError("last will", rc) }
+            try check(will.payload.withUnsafeBytes {
+                mosquitto.will_set_v5(handle, will.topic, Int32($0.count), $0.baseAddress, 1, will.retain, nil)
+            }, "last will")
         }
-        mosquitto_connect_v5_callback_set(handle) { _, context, rc, _, _ in
+        mosquitto.connect_v5_callback_set(handle) { _, context, rc, _, _ in
             guard let context else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didConnect(rc)
         }
-        mosquitto_disconnect_v5_callback_set(handle) { _, context, rc, _ in
+        mosquitto.disconnect_v5_callback_set(handle) { _, context, rc, _ in
             guard let context else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didDisconnect(rc)
         }
-        mosquitto_publish_v5_callback_set(handle) { _, context, mid, _, _ in
+        mosquitto.publish_v5_callback_set(handle) { _, context, mid, _, _ in
             guard let context else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didPublish(mid)
         }
-        mosquitto_message_v5_callback_set(handle) { _, context, message, properties in
+        mosquitto.message_v5_callback_set(handle) { _, context, message, properties in
             guard let context, let message else { return }
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().didReceive(message.pointee, properties)
         }
-        mosquitto_log_callback_set(handle) { _, context, level, text in
+        mosquitto.log_callback_set(handle) { _, context, level, text in
             guard let context, let text, level & Int32(MOSQ_LOG_ERR) != 0 else { return }
             let line = String(cString: text)
             Unmanaged<MQTTClient>.fromOpaque(context).takeUnretainedValue().state.withLock { $0.lastError = line }
         }
     }
 
-    deinit { mosquitto_destroy(handle) }
+    deinit { mosquitto.destroy(handle) }
 
     /// Starts the connection's thread and its first attempt; a broker that cannot be reached
     /// now is tried again with backoff.
@@ -197,13 +199,13 @@ public final class MQTTClient: @unchecked Sendable {
                 s.refusal = nil
                 s.lost = nil
             }
-            var rc = mosquitto_connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
+            var rc = mosquitto.connect_async(handle, configuration.url.host, Int32(configuration.url.port), configuration.keepAliveSeconds)
             let why: String
             if rc == MOSQ_ERR_SUCCESS.rawValue {
                 guard !isStopped else { return }
                 // Returns when the connection ends (`didDisconnect` makes it), or at an error
                 // before there was one (a TLS handshake that fails in the loop).
-                rc = mosquitto_loop_forever(handle, 1000, 1)
+                rc = mosquitto.loop_forever(handle, 1000, 1)
                 guard !isStopped else { return }
                 why = state.withLock { $0.refusal ?? $0.lost } ?? "cannot connect: \(reason(rc))"
             } else {
@@ -222,7 +224,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// libmosquitto's text for `rc`, with what it logged as an error since the attempt began.
     private func reason(_ rc: Int32) -> String {
-        let text = String(cString: mosquitto_strerror(rc))
+        let text = mosquitto.text(rc)
         guard let logged = state.withLock({ s -> String? in defer { s.lastError = nil }; return s.lastError }) else {
             // TLS 1.3: the broker's refusal of the client's certificate (or its absence) comes after
             // the handshake, and libmosquitto may report only that the session broke.
@@ -246,7 +248,7 @@ public final class MQTTClient: @unchecked Sendable {
             let acknowledged = DispatchSemaphore(value: 0)
             var mid: Int32 = 0
             _ = final.payload.withUnsafeBytes {
-                mosquitto_publish_v5(handle, &mid, final.topic, Int32($0.count), $0.baseAddress, 1, final.retain, nil)
+                mosquitto.publish_v5(handle, &mid, final.topic, Int32($0.count), $0.baseAddress, 1, final.retain, nil)
             }
             // The PUBACK may have come already (noted in `acknowledgedAfterStop`).
             let already = state.withLock { s -> Bool in
@@ -258,7 +260,7 @@ public final class MQTTClient: @unchecked Sendable {
             let (seconds, attoseconds) = timeout.components
             _ = acknowledged.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
         }
-        _ = mosquitto_disconnect_v5(handle, 0, nil)  // ends the loop
+        _ = mosquitto.disconnect_v5(handle, 0, nil)  // ends the loop
         stopping.signal()  // ends a wait for the next attempt
         if started { _ = ended.wait(timeout: .now() + .seconds(5)) }
     }
@@ -301,27 +303,27 @@ public final class MQTTClient: @unchecked Sendable {
             s.subscriptions.append((filter, Int32(qos)))
             return s.connected
         }
-        if connected { _ = mosquitto_subscribe_v5(handle, nil, filter, Int32(qos), 0, nil) }
+        if connected { _ = mosquitto.subscribe_v5(handle, nil, filter, Int32(qos), 0, nil) }
     }
 
     // MARK: - On libmosquitto's thread
 
     private func send(_ message: Outgoing, version: Int32) -> Int32 {
         var properties: OpaquePointer?
-        defer { if properties != nil { mosquitto_property_free_all(&properties) } }
+        defer { if properties != nil { mosquitto.property_free_all(&properties) } }
         if version == gw_mqtt_v5 {
             if let topic = message.responseTopic {
-                _ = mosquitto_property_add_string(&properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), topic)
+                _ = mosquitto.property_add_string(&properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), topic)
             }
             if let data = message.correlationData {
                 _ = data.withUnsafeBytes {
-                    mosquitto_property_add_binary(&properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), $0.baseAddress,
+                    mosquitto.property_add_binary(&properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), $0.baseAddress,
                                                   UInt16(clamping: $0.count))
                 }
             }
         }
         return message.payload.withUnsafeBytes {
-            mosquitto_publish_v5(handle, nil, message.topic, Int32($0.count), $0.baseAddress, message.qos, message.retain, properties)
+            mosquitto.publish_v5(handle, nil, message.topic, Int32($0.count), $0.baseAddress, message.qos, message.retain, properties)
         }
     }
 
@@ -333,8 +335,8 @@ public final class MQTTClient: @unchecked Sendable {
                 s.version = gw_mqtt_v311
                 return true
             }
-            if fellBack { _ = mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v311) }
-            let reason = String(cString: mosquitto_reason_string(rc))
+            if fellBack { _ = mosquitto.int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, gw_mqtt_v311) }
+            let reason = mosquitto.reason_string(rc).map { String(cString: $0) } ?? "reason code \(rc)"
             state.withLock { $0.refusal = "refused by the broker: \(reason)" + (fellBack ? "; MQTT 3.1.1 next" : "") }
             return
         }
@@ -345,7 +347,7 @@ public final class MQTTClient: @unchecked Sendable {
             return (s.subscriptions, s.offline, s.version, s.handlers)
         }
         for subscription in subscriptions {
-            _ = mosquitto_subscribe_v5(handle, nil, subscription.filter, subscription.qos, 0, nil)
+            _ = mosquitto.subscribe_v5(handle, nil, subscription.filter, subscription.qos, 0, nil)
         }
         for message in queued { _ = send(message, version: version) }
         handlers?.connected(Int(version))
@@ -368,7 +370,7 @@ public final class MQTTClient: @unchecked Sendable {
         let lost = rc == 0 ? "disconnected by the broker" : "connection lost: \(reason(rc))"
         state.withLock { s in if s.refusal == nil { s.lost = lost } }
         // libmosquitto's loop would try again by itself; disconnected, it returns to `run`.
-        _ = mosquitto_disconnect_v5(handle, 0, nil)
+        _ = mosquitto.disconnect_v5(handle, 0, nil)
     }
 
     private func didReceive(_ message: mosquitto_message, _ properties: OpaquePointer?) {
@@ -376,13 +378,13 @@ public final class MQTTClient: @unchecked Sendable {
         var correlationData: [UInt8]?
         if let properties {
             var text: UnsafeMutablePointer<CChar>?
-            if mosquitto_property_read_string(properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), &text, false) != nil, let text {
+            if mosquitto.property_read_string(properties, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), &text, false) != nil, let text {
                 responseTopic = String(cString: text)
                 free(text)
             }
             var data: UnsafeMutableRawPointer?
             var length: UInt16 = 0
-            if mosquitto_property_read_binary(properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), &data, &length, false) != nil, let data {
+            if mosquitto.property_read_binary(properties, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), &data, &length, false) != nil, let data {
                 correlationData = Array(UnsafeRawBufferPointer(start: data, count: Int(length)))
                 free(data)
             }

@@ -13,6 +13,17 @@ import Testing
         #expect(client.protocolVersion == 5)
     }
 
+    /// libmosquitto checks the TLS files when they are set: the client is not made, and says why.
+    @Test func aCAFileThatCannotBeReadIsRefused() {
+        var configuration = MQTTClient.Configuration(url: BrokerURL(host: "127.0.0.1", tls: true), clientID: "test-ca")
+        configuration.caFile = "/nonexistent/ca.pem"
+        #expect {
+            try MQTTClient(configuration)
+        } throws: { error in
+            (error as? MQTTError)?.description.hasPrefix("TLS: ") == true
+        }
+    }
+
     @Test func anEmptyClientIDIsRefused() {
         #expect(throws: MQTTError.self) { try MQTTClient(.init(url: BrokerURL(host: "localhost"), clientID: "")) }
     }

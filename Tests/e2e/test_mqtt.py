@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 import contract
-from conftest import Gateway, wait_for
+from conftest import Gateway, binary, wait_for
 from mqttbroker import Broker, Client, start_gateway
 from test_streams import sse_events
 
@@ -471,3 +472,26 @@ def test_a_device_not_heard_for_forget_after_has_its_retained_topics_cleared(bro
     finally:
         gw.stop()
         watcher.close()
+
+
+def test_without_libmosquitto_gattway_starts_and_only_mqtt_is_refused_with_why():
+    """libmosquitto is opened for --mqtt, not linked: with it hidden (/dev/null bound over the file,
+    in a mount namespace of this test's own) gattway starts, and --mqtt is refused (exit 2). A
+    linked library would stop the loader before main (exit 127)."""
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    library = re.search(r"libmosquitto\.so\.1 \(.*\) => (\S+)", cache)
+    assert library, "libmosquitto.so.1 is not installed"
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -m is not permitted here (needs CAP_SYS_ADMIN)")
+
+    def hidden(*args):
+        return subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind /dev/null "$0" && exec "$@"',
+                               os.path.realpath(library.group(1)), binary("gattway"), *args],
+                              capture_output=True, text=True, timeout=30)
+
+    out = hidden("--version")
+    assert out.returncode == 0 and out.stdout.startswith("gattway "), out.stderr
+    out = hidden("--listen", "127.0.0.1:0", "--state-dir", "none", "--simulate", "--mqtt", "mqtt://127.0.0.1:1")
+    assert out.returncode == 2, out.stderr
+    assert "gattway: --mqtt: cannot load libmosquitto.so.1: " in out.stderr and "libmosquitto1" in out.stderr, out.stderr
+    assert "listening" not in out.stderr
