@@ -14,16 +14,16 @@ import PackageDescription
 // libstdc++ (which the static Swift runtime needs) is linked statically too: the shared one is
 // 1 MB of an idle gattway, 0.7 MB of it data the loader relocates (idle RSS 17.75 → 16.96 MB).
 // The toolchain's own link arguments ask for -lstdc++ before anything a package can add, so
-// Linking/ is searched first: its libstdc++.so is a linker script that names the archive,
+// Sources/gattway/Linking/ is searched first: its libstdc++.so is a linker script that names the archive,
 // libstdc++.a, from the compiler's directory.
-// The functions that run at start and idle are laid out together (Linking/gattway.order, written
+// The functions that run at start and idle are laid out together (Sources/gattway/Linking/gattway.order, written
 // by bench/order.py from a callgrind run of the rss rig): the kernel maps 64 kB around every page
 // touched, and ~0.9 MB of running code spread over 10 MB of .text kept 7 MB of it resident. Idle
 // RSS 16.96 → 14.42 MB. Names the order no longer matches are skipped, new code goes after it.
 let releaseLinking: [LinkerSetting] = [
     .unsafeFlags(["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
-                  "-L", Context.packageDirectory + "/Linking",
-                  "-Xlinker", "--symbol-ordering-file=" + Context.packageDirectory + "/Linking/gattway.order",
+                  "-L", Context.packageDirectory + "/Sources/gattway/Linking",
+                  "-Xlinker", "--symbol-ordering-file=" + Context.packageDirectory + "/Sources/gattway/Linking/gattway.order",
                   "-Xlinker", "--no-warn-symbol-ordering"], .when(configuration: .release)),
 ]
 
@@ -67,7 +67,7 @@ let package = Package(
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
-                          linkerSettings: releaseLinking),
+                          exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),

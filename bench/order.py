@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes Linking/gattway.order: the functions of the release gattway that run at start and idle,
+"""Writes Sources/gattway/Linking/gattway.order: the functions of the release gattway that run at start and idle,
 for lld's --symbol-ordering-file (Package.swift). Laid out together, they share pages: the
 kernel maps 64 kB around each page a process touches (fault-around), so a few hundred kB of code
 spread over 10 MB of .text made 7 MB of it resident.
@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
-ORDER = os.path.join(bench.ROOT, "Linking", "gattway.order")
+ORDER = os.path.join(bench.ROOT, "Sources", "gattway", "Linking", "gattway.order")
 
 
 def functions(profile, binary):
