@@ -193,7 +193,8 @@ struct Options {
                            "offset": 1, "unit": "bpm", "stateClass": "measurement",
                            "notify": true}, ...]. decode: uint8, sint8, uint16le/be,
                            sint16le/be, (u|s)int24le/be, (u|s)int32le/be, float32le/be,
-                           float64le/be, utf8; "scale": 0.01 multiplies; deviceClass as Home
+                           float64le/be, medfloat16, medfloat32 (IEEE 11073 SFLOAT, FLOAT),
+                           utf8; "scale": 0.01 multiplies; deviceClass as Home
                            Assistant names it. "notify": true keeps the device connected and
                            holds its notifications; "poll": SECONDS reads it that often,
                            connecting as connect=auto does. Values on

@@ -28,6 +28,40 @@ import Testing
         (.uint8, 2, 1, "0648", nil),
     ]
 
+    /// IEEE 11073 SFLOAT and FLOAT, worked out by hand: (type, offset, scale, value in hex, what it
+    /// decodes as; nil: a special value or too short). The bytes are little-endian: 0xF172 is "72f1".
+    static let medical: [(ValueDecoding.FieldType, Int, Double, String, SensorValue?)] = [
+        (.medfloat16, 0, 1, "7201", .integer(370)),             // exponent 0, mantissa 0x172
+        (.medfloat16, 0, 1, "72f1", .number(37)),               // exponent -1
+        (.medfloat16, 0, 1, "8efe", .number(-37)),              // mantissa 0xE8E: -370
+        (.medfloat16, 0, 1, "0520", .integer(500)),             // exponent 2, mantissa 5
+        (.medfloat16, 0, 1, "0180", .number(1e-8)),             // exponent -8, the least
+        (.medfloat16, 0, 1, "ff77", .integer(20_470_000_000)),  // 2047 × 10^7: NaN's mantissa, not exponent 0
+        (.medfloat16, 0, 1, "ff7f", .integer(-10_000_000)),     // mantissa 0xFFF: -1 × 10^7
+        (.medfloat16, 0, 1, "fd07", .integer(2045)),            // the largest mantissa that is a number
+        (.medfloat16, 0, 1, "0308", .integer(-2045)),           // and the smallest
+        (.medfloat16, 0, 0.1, "72f1", .number(3.7)),            // scaled as a decimal: not 3.7000000000000002
+        (.medfloat16, 0, 1, "ff07", nil),                       // NaN
+        (.medfloat16, 0, 1, "0008", nil),                       // NRes
+        (.medfloat16, 0, 1, "fe07", nil),                       // +INFINITY
+        (.medfloat16, 0, 1, "0208", nil),                       // -INFINITY
+        (.medfloat16, 0, 1, "0108", nil),                       // reserved
+        (.medfloat16, 1, 1, "0072", nil),                       // too short
+        (.medfloat32, 0, 1, "6e0100ff", .number(36.6)),         // 2A1C: 366 × 10^-1 °C
+        (.medfloat32, 1, 1, "006e0100ff", .number(36.6)),       // after its flags byte
+        (.medfloat32, 0, 1, "72010000", .integer(370)),
+        (.medfloat32, 0, 1, "92fefffe", .number(-3.66)),        // mantissa 0xFFFE92: -366, exponent -2
+        (.medfloat32, 0, 1, "0c000003", .integer(12_000)),      // exponent 3
+        (.medfloat32, 0, 1, "ffff7f01", .integer(83_886_070)),  // NaN's mantissa with exponent 1
+        (.medfloat32, 0, 0.01, "72010000", .number(3.7)),
+        (.medfloat32, 0, 1, "ffff7f00", nil),                   // NaN
+        (.medfloat32, 0, 1, "00008000", nil),                   // NRes
+        (.medfloat32, 0, 1, "feff7f00", nil),                   // +INFINITY
+        (.medfloat32, 0, 1, "02008000", nil),                   // -INFINITY
+        (.medfloat32, 0, 1, "01008000", nil),                   // reserved
+        (.medfloat32, 0, 1, "6e0100", nil),                     // too short
+    ]
+
     @Test(arguments: table.indices)
     func decodes(_ i: Int) throws {
         let (type, offset, scale, hex, expected) = Self.table[i]
@@ -35,6 +69,19 @@ import Testing
         let measurement = decoding.measurement(bytes(hex), unit: "u")
         #expect(measurement?.value == expected, "\(type) at \(offset) × \(scale) of \(hex)")
         if expected != nil { #expect(measurement?.unit == "u") }
+    }
+
+    @Test(arguments: medical.indices)
+    func decodesMedicalFloats(_ i: Int) throws {
+        let (type, offset, scale, hex, expected) = Self.medical[i]
+        let decoding = try ValueDecoding(type: type, offset: offset, scale: scale)
+        #expect(decoding.measurement(bytes(hex), unit: "°C")?.value == expected, "\(type) at \(offset) × \(scale) of \(hex)")
+    }
+
+    @Test func saysWhyAValueHasNoMeasurement() throws {
+        let decoding = try ValueDecoding(type: .medfloat32, offset: 1)
+        #expect(decoding.whyNoMeasurement(bytes("006e0100")).contains("too short for medfloat32 at offset 1"))
+        #expect(decoding.whyNoMeasurement(bytes("00ffff7f00")).contains("is no number"))
     }
 
     @Test(arguments: [
