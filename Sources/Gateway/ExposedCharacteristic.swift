@@ -48,13 +48,15 @@ public struct ExposedCharacteristic: Sendable, Hashable {
         var decode: String
         var offset: Int?
         var scale: Double?
+        var mask: Int?
+        var shift: Int?
         var unit: String?
         var deviceClass: String?
         var stateClass: String?
         var notify: Bool?
         var poll: Double?
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case device, service, characteristic, name, decode, offset, scale, unit, deviceClass, stateClass, notify, poll
+            case device, service, characteristic, name, decode, offset, scale, mask, shift, unit, deviceClass, stateClass, notify, poll
         }
     }
 
@@ -103,7 +105,8 @@ public struct ExposedCharacteristic: Sendable, Hashable {
             throw Invalid(description: "decode \"\(entry.decode)\" is none of \(known)")
         }
         do {
-            decoding = try ValueDecoding(type: type, offset: entry.offset ?? 0, scale: entry.scale ?? 1)
+            decoding = try ValueDecoding(type: type, offset: entry.offset ?? 0, scale: entry.scale ?? 1,
+                                         mask: entry.mask, shift: entry.shift)
         } catch {
             throw Invalid(description: error.description)
         }

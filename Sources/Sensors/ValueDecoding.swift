@@ -6,6 +6,7 @@ import BLE
 ///
 ///     ValueDecoding(type: .uint8, offset: 1)            // 2A37 heart rate: [0x06, 72] → 72
 ///     ValueDecoding(type: .sint16le, scale: 0.01)       // [0x34, 0x08] → 21.0
+///     ValueDecoding(type: .uint8, mask: 0b110, shift: 1) // 2A37's flags [0x16]: contact status 3
 public struct ValueDecoding: Sendable, Hashable {
     /// The field's type: integers by size, sign and byte order; IEEE 754 floats; the medical
     /// decimal floats of IEEE 11073-20601 (SFLOAT, FLOAT) by the names the Bluetooth SIG's GATT
@@ -40,6 +41,7 @@ public struct ValueDecoding: Sendable, Hashable {
 
         var order: ByteReader.Order { rawValue.hasSuffix("be") ? .bigEndian : .littleEndian }
         var isSigned: Bool { rawValue.hasPrefix("sint") }
+        var isUnsigned: Bool { rawValue.hasPrefix("uint") }
         var isFloat: Bool { rawValue.hasPrefix("float") }
     }
 
@@ -50,20 +52,39 @@ public struct ValueDecoding: Sendable, Hashable {
     public let type: FieldType
     public let offset: Int
     private let scale: Scale
+    /// A bit field of an unsigned field: (raw & mask) >> shift, before the scale.
+    private let mask: UInt64?
+    private let shift: Int
 
     /// - Parameters:
     ///   - offset: where the field starts (0...511: an attribute value is at most 512 bytes).
     ///   - scale: what the raw number is multiplied by, a decimal of at most 9 places (0.01, 0.5, 10);
     ///     not for text.
-    public init(type: FieldType, offset: Int = 0, scale: Double = 1) throws(Invalid) {
+    ///   - mask, shift: a bit field of an unsigned integer field (flags, packed states): the bits of
+    ///     `mask` (1 to the field's largest value), moved down by `shift` (0 to its bits - 1).
+    public init(type: FieldType, offset: Int = 0, scale: Double = 1, mask: Int? = nil, shift: Int? = nil) throws(Invalid) {
         guard (0...511).contains(offset) else { throw Invalid(description: "offset must be from 0 to 511, not \(offset)") }
         guard type.isNumeric || scale == 1 else { throw Invalid(description: "a utf8 value has no scale") }
         guard scale.isFinite, scale != 0, abs(scale) <= 1e9, let exact = Self.exact(scale) else {
             throw Invalid(description: "scale must be a non-zero decimal of at most 9 places, not \(scale)")
         }
+        if mask != nil || shift != nil {
+            guard type.isUnsigned, let size = type.size else {
+                throw Invalid(description: "mask and shift take bits of an unsigned integer (uint8, uint16le, ...), not of \(type.rawValue)")
+            }
+            let largest = UInt64.max >> UInt64(64 - 8 * size)
+            if let mask, mask < 1 || UInt64(mask) > largest {
+                throw Invalid(description: "mask must be from 1 to \(largest) (the bits of \(type.rawValue)), not \(mask)")
+            }
+            if let shift, !(0..<8 * size).contains(shift) {
+                throw Invalid(description: "shift must be from 0 to \(8 * size - 1) (the bits of \(type.rawValue)), not \(shift)")
+            }
+        }
         self.type = type
         self.offset = offset
         self.scale = exact
+        self.mask = mask.map { UInt64($0) }
+        self.shift = shift ?? 0
     }
 
     /// The measurement in `value`, or nil when the value is too short for the field, or the float is
@@ -98,7 +119,7 @@ public struct ValueDecoding: Sendable, Hashable {
             if type.isSigned {
                 raw = reader.signed(size, type.order)
             } else {
-                raw = reader.unsigned(size, type.order).map { Int64($0) }
+                raw = reader.unsigned(size, type.order).map { Int64(($0 & (mask ?? .max)) >> UInt64(shift)) }
             }
             return raw.map { Measurement(scale.value($0), unit: unit) }
         }

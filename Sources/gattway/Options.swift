@@ -194,7 +194,8 @@ struct Options {
                            "notify": true}, ...]. decode: uint8, sint8, uint16le/be,
                            sint16le/be, (u|s)int24le/be, (u|s)int32le/be, float32le/be,
                            float64le/be, medfloat16, medfloat32 (IEEE 11073 SFLOAT, FLOAT),
-                           utf8; "scale": 0.01 multiplies; deviceClass as Home
+                           utf8; "scale": 0.01 multiplies; "mask": 6, "shift": 1 take bits
+                           of an unsigned integer (before the scale); deviceClass as Home
                            Assistant names it. "notify": true keeps the device connected and
                            holds its notifications; "poll": SECONDS reads it that often,
                            connecting as connect=auto does. Values on

@@ -16,6 +16,12 @@ import Testing
         #expect(try ExposedCharacteristic.parse("[]", source: "x").isEmpty)
     }
 
+    @Test func aBitFieldIsTakenFromTheFile() throws {
+        let flags = Self.heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"mask\": 6, \"shift\": 1")
+        let exposed = try ExposedCharacteristic.parse("[\(flags)]", source: "x")[0]
+        #expect(exposed.decoding.measurement([0x16, 0x48], unit: nil)?.value == .integer(3))
+    }
+
     /// (the file, what its error must say)
     static let refused: [(String, String)] = [
         ("", "x.json: it is not valid JSON"),
@@ -39,6 +45,8 @@ import Testing
         ("[\(heartRate.replacingOccurrences(of: "\"uint8\"", with: "\"utf8\"").replacingOccurrences(of: "\"offset\": 1, ", with: ""))]",
          "a utf8 value has no stateClass"),
         ("[\(heartRate.replacingOccurrences(of: "\"bpm\"", with: "\"\""))]", "unit must be 1-32 characters"),
+        ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"mask\": 256"))]", "x.json: [0]: mask must be from 1 to 255 (the bits of uint8), not 256"),
+        ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"shift\": 8"))]", "x.json: [0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
         ("[\(heartRate), \(battery), \(heartRate.replacingOccurrences(of: "Heart rate", with: "Pulse"))]",
          "x.json: [2]: the same characteristic as [0]; each may be exposed once"),
         ("[" + Array(repeating: heartRate, count: 257).joined(separator: ",") + "]", "257 entries; at most 256"),

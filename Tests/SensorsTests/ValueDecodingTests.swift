@@ -78,6 +78,38 @@ import Testing
         #expect(decoding.measurement(bytes(hex), unit: "°C")?.value == expected, "\(type) at \(offset) × \(scale) of \(hex)")
     }
 
+    /// Bit fields: (type, mask, shift, scale, value in hex, what it decodes as).
+    static let bits: [(ValueDecoding.FieldType, Int?, Int?, Double, String, SensorValue?)] = [
+        (.uint8, 0b110, 1, 1, "1648", .integer(3)),             // 2A37 flags 0x16: sensor contact detected
+        (.uint8, 0b1, nil, 1, "1648", .integer(0)),             // ... and a uint8 heart rate
+        (.uint8, nil, 4, 1, "f0", .integer(15)),                // the high nibble
+        (.uint16le, 0x0ff0, 4, 1, "3412", .integer(0x23)),      // 0x1234: the middle byte
+        (.uint16le, 0x03ff, nil, 0.1, "ff03", .number(102.3)),  // masked, then scaled
+        (.uint32be, 0x8000_0000, 31, 1, "80000001", .integer(1)),
+        (.uint16le, 0x0ff0, 4, 1, "34", nil),                   // too short
+    ]
+
+    @Test(arguments: bits.indices)
+    func decodesBitFields(_ i: Int) throws {
+        let (type, mask, shift, scale, hex, expected) = Self.bits[i]
+        let decoding = try ValueDecoding(type: type, scale: scale, mask: mask, shift: shift)
+        #expect(decoding.measurement(bytes(hex), unit: nil)?.value == expected, "\(type) & \(mask ?? -1) >> \(shift ?? 0) of \(hex)")
+    }
+
+    @Test(arguments: [
+        (ValueDecoding.FieldType.sint8, 1, nil, "unsigned integer"), (.utf8, nil, 1, "unsigned integer"),
+        (.medfloat16, 1, nil, "unsigned integer"), (.uint8, 256, nil, "mask must be from 1 to 255"),
+        (.uint8, 0, nil, "mask must be"), (.uint16le, -1, nil, "mask must be from 1 to 65535"),
+        (.uint8, nil, 8, "shift must be from 0 to 7"), (.uint24be, 1, -1, "shift must be from 0 to 23"),
+    ] as [(ValueDecoding.FieldType, Int?, Int?, String)])
+    func refusesBitFields(_ type: ValueDecoding.FieldType, _ mask: Int?, _ shift: Int?, _ fragment: String) {
+        #expect {
+            try ValueDecoding(type: type, mask: mask, shift: shift)
+        } throws: { error in
+            (error as? ValueDecoding.Invalid)?.description.contains(fragment) == true
+        }
+    }
+
     @Test func saysWhyAValueHasNoMeasurement() throws {
         let decoding = try ValueDecoding(type: .medfloat32, offset: 1)
         #expect(decoding.whyNoMeasurement(bytes("006e0100")).contains("too short for medfloat32 at offset 1"))

@@ -176,6 +176,8 @@ def run_refused(*args):
     ([EXPOSED[0], {**EXPOSED[1], "poll": 0}], "[1]: poll must be seconds from 1 to 86400"),
     ([{**EXPOSED[1], "deviceClass": "batery"}], '[0]: deviceClass "batery" is not one of'),
     ([EXPOSED[0], EXPOSED[0]], "[1]: the same characteristic as [0]"),
+    ([{**EXPOSED[0], "decode": "sint8", "mask": 6}], "[0]: mask and shift take bits of an unsigned integer"),
+    ([{**EXPOSED[0], "shift": 8}], "[0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
 ])
 def test_a_bad_file_is_refused_at_start_with_where_and_why(tmp_path, entries, message):
     path = tmp_path / "expose.json"
