@@ -188,7 +188,8 @@ public final class CharacteristicExposer: Sendable {
         bridge.retain(bridge.topics.value(e), JSON.encodeCompact(body), qos: 0)
         guard state.withLock({ $0.announced.insert(e.uniqueID).inserted }) else { return }
         let name = try? await gateway.central.peripheral(e.device).name
-        let (topic, config) = HomeAssistantDiscovery.config(e, deviceName: name, topics: bridge.topics)
+        let (topic, config) = HomeAssistantDiscovery.config(e, deviceName: name, topics: bridge.topics,
+                                                            expireAfter: bridge.expireAfter)
         bridge.retain(topic, JSON.encodeCompact(config), qos: 1)
     }
 

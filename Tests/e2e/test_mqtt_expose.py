@@ -72,6 +72,8 @@ def test_exposed_characteristics_are_announced_as_home_assistant_sensors(broker,
     hr, battery = json.loads(live.last(HR_CONFIG)[1]), json.loads(live.last(BATTERY_CONFIG)[1])
     assert (hr["unique_id"], hr["unit_of_measurement"], hr.get("device_class")) == ("ble_f00000000001_180d_2a37", "bpm", None)
     assert (battery["unique_id"], battery["unit_of_measurement"], battery["device_class"]) == ("ble_f00000000001_180f_2a19", "%", "battery")
+    # --mqtt-expire-after's default for the polled one; none for the notified one (it notifies when it likes).
+    assert battery["expire_after"] == 600 and "expire_after" not in hr
 
 
 def test_values_arrive_retained_decoded_and_change(broker, exposing):
@@ -178,6 +180,7 @@ def run_refused(*args):
     ([EXPOSED[0], EXPOSED[0]], "[1]: the same characteristic as [0]"),
     ([{**EXPOSED[0], "decode": "sint8", "mask": 6}], "[0]: mask and shift take bits of an unsigned integer"),
     ([{**EXPOSED[0], "shift": 8}], "[0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
+    ([EXPOSED[0], {**EXPOSED[1], "expireAfter": 1_000_000}], "[1]: expireAfter must be seconds from 0 (none) to 604800, not 1000000"),
 ])
 def test_a_bad_file_is_refused_at_start_with_where_and_why(tmp_path, entries, message):
     path = tmp_path / "expose.json"
