@@ -147,6 +147,10 @@ public struct ExposedCharacteristic: Sendable, Hashable {
         if let seconds = entry.expireAfter, !Self.expireRange.contains(seconds) {
             throw Invalid(description: "expireAfter must be seconds from 0 (none) to 604800, not \(seconds)")
         }
+        if let seconds = entry.expireAfter, seconds > 0, case .poll(let interval) = mode, Double(seconds) <= interval.inSeconds {
+            throw Invalid(description: "expireAfter \(seconds) is not longer than the poll of \(interval):"
+                          + " the entity would go unavailable between reads")
+        }
         expireAfter = entry.expireAfter
         self.device = device
         self.service = service

@@ -179,9 +179,9 @@ public final class MQTTBridge: Sendable {
             await publish(update)
         case .central(.advertisement(let info)):
             publishPresence(info, connectionChanged: false)
-            await refreshReading(info)
+            refreshReading(info)
         case .central(.advertisementChanged(let info)):
-            await refreshReading(info)
+            refreshReading(info)
         case .central(.connection(let id, let connection, _)):
             broker.publish(topics.event(.connection), item.json)
             // The event's state: the device's own may not say it yet.
@@ -219,7 +219,7 @@ public final class MQTTBridge: Sendable {
     }
 
     /// A heard sensor's unchanged reading again, when `expireAfter` would otherwise run out.
-    private func refreshReading(_ info: PeripheralInfo) async {
+    private func refreshReading(_ info: PeripheralInfo) {
         guard let expireAfter else { return }
         let due = state.withLock { s in
             s.followed[info.id]?.reading.map { ContinuousClock.now - $0 >= .seconds(expireAfter) / 2 } ?? false

@@ -30,7 +30,7 @@ import Testing
 
     @Test(arguments: [
         (#""poll": 300"#, 600, 900), (#""poll": 300"#, 1200, 1200), (#""poll": 1"#, 600, 600), (#""poll": 300"#, nil, nil),
-        (#""poll": 300, "expireAfter": 60"#, 600, 60), (#""poll": 300, "expireAfter": 0"#, 600, nil),
+        (#""poll": 300, "expireAfter": 400"#, 600, 400), (#""poll": 300, "expireAfter": 0"#, 600, nil),
     ] as [(String, Int?, Int?)])
     func aPolledValueExpiresAfterTheBridgesTimeButAtLeastThreePolls(_ poll: String, _ global: Int?, _ expected: Int?) throws {
         let entry = Self.battery.replacingOccurrences(of: #""poll": 300"#, with: poll)
@@ -69,6 +69,8 @@ import Testing
         ("[\(heartRate.replacingOccurrences(of: "\"bpm\"", with: "\"\""))]", "unit must be 1-32 characters"),
         ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"mask\": 256"))]", "x.json: [0]: mask must be from 1 to 255 (the bits of uint8), not 256"),
         ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"expireAfter\": -1"))]", "x.json: [0]: expireAfter must be seconds from 0 (none) to 604800, not -1"),
+        ("[\(battery.replacingOccurrences(of: "\"poll\": 300", with: "\"poll\": 300, \"expireAfter\": 300"))]",
+         "x.json: [0]: expireAfter 300 is not longer than the poll of 300.0 seconds"),
         ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"shift\": 8"))]", "x.json: [0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
         ("[\(heartRate), \(battery), \(heartRate.replacingOccurrences(of: "Heart rate", with: "Pulse"))]",
          "x.json: [2]: the same characteristic as [0]; each may be exposed once"),
