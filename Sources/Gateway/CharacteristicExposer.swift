@@ -30,7 +30,7 @@ public final class CharacteristicExposer: Sendable {
     private struct State {
         var tasks: [Task<Void, Never>] = []
         var announced: Set<String> = []
-        /// The problem last logged per characteristic (`label`), so that each is logged once.
+        /// The problem last logged per characteristic (`label`) and concern, so that each is logged once.
         var problems: [String: String] = [:]
         var stopped = false
     }
@@ -180,21 +180,30 @@ public final class CharacteristicExposer: Sendable {
 
     private func publish(_ e: ExposedCharacteristic, _ value: AttributeValue, source: ValueBody.Source) async {
         let body = ExposedValueBody(value, source: source, exposed: e, gateway: bridge.topics.gatewayID)
-        if body.measurement == nil { problem(e, "the value \(Hex.string(value.value)) is too short for \(e.decoding.type.rawValue) at offset \(e.decoding.offset)") }
+        if body.measurement == nil {
+            problem(e, e.decoding.whyNoMeasurement(value.value), about: .value)
+        } else {
+            resolved(e, "values with a measurement", about: .value)
+        }
         bridge.retain(bridge.topics.value(e), JSON.encodeCompact(body), qos: 0)
         guard state.withLock({ $0.announced.insert(e.uniqueID).inserted }) else { return }
         let name = try? await gateway.central.peripheral(e.device).name
-        let (topic, config) = HomeAssistantDiscovery.config(e, deviceName: name, topics: bridge.topics)
+        let (topic, config) = HomeAssistantDiscovery.config(e, deviceName: name, topics: bridge.topics,
+                                                            expireAfter: bridge.expireAfter)
         bridge.retain(topic, JSON.encodeCompact(config), qos: 1)
     }
 
-    private func problem(_ e: ExposedCharacteristic, _ text: String) {
-        let new = state.withLock { $0.problems.updateValue(text, forKey: e.label) != text }
+    /// What a problem is with: getting the value, or decoding it (a poll that reads fine but gets
+    /// no measurement each time is one problem, logged once).
+    private enum Concern { case link, value }
+
+    private func problem(_ e: ExposedCharacteristic, _ text: String, about concern: Concern = .link) {
+        let new = state.withLock { $0.problems.updateValue(text, forKey: "\(e.label) \(concern)") != text }
         if new { bridge.log("mqtt: --mqtt-expose \(e.label): \(text)") }
     }
 
-    private func resolved(_ e: ExposedCharacteristic, _ text: String) {
-        let had = state.withLock { $0.problems.removeValue(forKey: e.label) }
+    private func resolved(_ e: ExposedCharacteristic, _ text: String, about concern: Concern = .link) {
+        let had = state.withLock { $0.problems.removeValue(forKey: "\(e.label) \(concern)") }
         if had != nil { bridge.log("mqtt: --mqtt-expose \(e.label): \(text) again") }
     }
 

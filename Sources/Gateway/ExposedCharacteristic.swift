@@ -1,5 +1,6 @@
 import BLE
 import Sensors
+import Threading
 
 /// A GATT characteristic that `--mqtt-expose FILE` makes a Home Assistant sensor: its decoded
 /// value published (retained) on `values/<address>/<service>/<characteristic>`, announced by MQTT
@@ -30,10 +31,13 @@ public struct ExposedCharacteristic: Sendable, Hashable {
     public var deviceClass: String?
     public var stateClass: String?
     public var mode: Mode
+    /// `expireAfter` as written: seconds, 0 for none; nil: not given (`expiry`).
+    public var expireAfter: Int?
 
     /// At most this many in one file: each is a hold or a poll, and an entity.
     public static let limit = 256
     static let pollRange = 1.0...86_400.0
+    static let expireRange = 0...604_800
 
     public struct Invalid: Error, Equatable, CustomStringConvertible {
         public let description: String
@@ -48,13 +52,16 @@ public struct ExposedCharacteristic: Sendable, Hashable {
         var decode: String
         var offset: Int?
         var scale: Double?
+        var mask: Int?
+        var shift: Int?
         var unit: String?
         var deviceClass: String?
         var stateClass: String?
         var notify: Bool?
         var poll: Double?
+        var expireAfter: Int?
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case device, service, characteristic, name, decode, offset, scale, unit, deviceClass, stateClass, notify, poll
+            case device, service, characteristic, name, decode, offset, scale, mask, shift, unit, deviceClass, stateClass, notify, poll, expireAfter
         }
     }
 
@@ -103,7 +110,8 @@ public struct ExposedCharacteristic: Sendable, Hashable {
             throw Invalid(description: "decode \"\(entry.decode)\" is none of \(known)")
         }
         do {
-            decoding = try ValueDecoding(type: type, offset: entry.offset ?? 0, scale: entry.scale ?? 1)
+            decoding = try ValueDecoding(type: type, offset: entry.offset ?? 0, scale: entry.scale ?? 1,
+                                         mask: entry.mask, shift: entry.shift)
         } catch {
             throw Invalid(description: error.description)
         }
@@ -136,6 +144,14 @@ public struct ExposedCharacteristic: Sendable, Hashable {
         default:
             throw Invalid(description: "say how the value comes: \"notify\": true (the device notifies it) or \"poll\": SECONDS")
         }
+        if let seconds = entry.expireAfter, !Self.expireRange.contains(seconds) {
+            throw Invalid(description: "expireAfter must be seconds from 0 (none) to 604800, not \(seconds)")
+        }
+        if let seconds = entry.expireAfter, seconds > 0, case .poll(let interval) = mode, Double(seconds) <= interval.inSeconds {
+            throw Invalid(description: "expireAfter \(seconds) is not longer than the poll of \(interval):"
+                          + " the entity would go unavailable between reads")
+        }
+        expireAfter = entry.expireAfter
         self.device = device
         self.service = service
         self.characteristic = characteristic
@@ -143,6 +159,16 @@ public struct ExposedCharacteristic: Sendable, Hashable {
         unit = entry.unit
         deviceClass = entry.deviceClass
         stateClass = entry.stateClass
+    }
+
+    /// Home Assistant's `expire_after` for the entity, in seconds (nil: none): `expireAfter` if
+    /// given; else none when the bridge has none (`global`) or the device notifies (it notifies when
+    /// it chooses: a battery level may not change for days); a polled value gets the bridge's, but
+    /// at least three polls, so that one failed read does not make it unavailable.
+    func expiry(default global: Int?) -> Int? {
+        if let expireAfter { return expireAfter == 0 ? nil : expireAfter }
+        guard let global, case .poll(let interval) = mode else { return nil }
+        return max(global, Int((interval * 3).inSeconds.rounded(.up)))
     }
 
     /// The characteristic as the GATT operations name it.

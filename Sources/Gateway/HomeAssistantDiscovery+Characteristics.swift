@@ -19,8 +19,9 @@ extension HomeAssistantDiscovery {
     static let stateClasses: Set<String> = ["measurement", "total", "total_increasing"]
 
     /// The config topic and message of an exposed characteristic; `deviceName` is what the device
-    /// calls itself, if known.
-    static func config(_ exposed: ExposedCharacteristic, deviceName: String?, topics: BridgeTopics) -> (topic: String, config: Config) {
+    /// calls itself, if known; `expireAfter` the bridge's (`ExposedCharacteristic.expiry`).
+    static func config(_ exposed: ExposedCharacteristic, deviceName: String?, topics: BridgeTopics,
+                       expireAfter: Int? = nil) -> (topic: String, config: Config) {
         let unique = exposed.uniqueID
         let device = Device(identifiers: [deviceIdentifier(exposed.device)],
                             connections: [["bluetooth", exposed.device.description.lowercased()]],
@@ -29,6 +30,7 @@ extension HomeAssistantDiscovery {
             name: exposed.name, unique_id: unique, object_id: unique, state_topic: topics.value(exposed),
             value_template: "{{ value_json.measurement.value }}", device_class: exposed.deviceClass,
             unit_of_measurement: exposed.unit, state_class: exposed.stateClass,
+            expire_after: exposed.expiry(default: expireAfter),
             availability: [Availability(topic: topics.availability)], device: device)
         return ("\(prefix)/sensor/\(unique)/config", config)
     }

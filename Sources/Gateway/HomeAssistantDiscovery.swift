@@ -128,6 +128,8 @@ enum HomeAssistantDiscovery {
         var unit_of_measurement: String?
         var state_class: String?
         var entity_category: String?
+        /// Seconds without a message on `state_topic` after which the entity shows unavailable.
+        var expire_after: Int?
         /// nil for the gateway's own entity, which is its availability.
         var availability: [Availability]?
         var payload_available = "online"
@@ -137,7 +139,7 @@ enum HomeAssistantDiscovery {
 
     /// The config topic and message of each measurement of a reading.
     static func configs(device: BluetoothAddress, name: String?, reading: SensorReading,
-                        topics: BridgeTopics) -> [(topic: String, config: Config)] {
+                        topics: BridgeTopics, expireAfter: Int? = nil) -> [(topic: String, config: Config)] {
         let haDevice = Device(identifiers: [deviceIdentifier(device)], connections: [["bluetooth", device.description.lowercased()]],
                               name: name ?? "\(reading.format.rawValue) \(device)", model: reading.format.rawValue,
                               via_device: gatewayIdentifier(topics))
@@ -152,7 +154,7 @@ enum HomeAssistantDiscovery {
                 payload_on: binary ? "ON" : nil, payload_off: binary ? "OFF" : nil,
                 device_class: kind.deviceClass, unit_of_measurement: binary ? nil : measurement.unit,
                 state_class: kind.stateClass, entity_category: kind.diagnostic ? "diagnostic" : nil,
-                availability: [Availability(topic: topics.availability)], device: haDevice)
+                expire_after: expireAfter, availability: [Availability(topic: topics.availability)], device: haDevice)
             return ("\(prefix)/\(kind.component.rawValue)/\(unique)/config", config)
         }
     }

@@ -24,6 +24,12 @@ import Threading
 /// first), and sent again whenever the broker connection is made again (`brokerConnected`), so
 /// a broker that restarted without persistence has it back.
 ///
+/// With `expireAfter` (seconds), Home Assistant is told to show an entity unavailable when its
+/// state topic has been quiet that long. Sensors publish on change only, so a sensor still heard
+/// has its reading published again, unchanged, when the last was `expireAfter / 2` ago (checked
+/// at each advertisement the bridge is given): a steady thermometer or a beacon stays available,
+/// one not heard any more goes unavailable.
+///
 /// Devices come and go (phones change their random address every few minutes): a device the
 /// gateway has not heard for `forgetAfter` (and that is not connected), or no longer knows, is
 /// forgotten here too: its `devices/` and `sensors/` topics are cleared (an empty retained
@@ -51,6 +57,8 @@ public final class MQTTBridge: Sendable {
         var heard: Date
         /// When its presence was last published, and in which connection state.
         var presence: (at: ContinuousClock.Instant, state: String)?
+        /// When its sensor reading was last published.
+        var reading: ContinuousClock.Instant?
         /// The measurements announced to Home Assistant, and their discovery topics.
         var announced: Set<String> = []
         var discoveryTopics: Set<String> = []
@@ -69,6 +77,8 @@ public final class MQTTBridge: Sendable {
     let log: @Sendable (String) -> Void
     /// A device not heard for this long is forgotten (`--forget-after`, the watch's too).
     let forgetAfter: Duration
+    /// Home Assistant's `expire_after` of the sensors' entities, in seconds; nil: none.
+    public let expireAfter: Int?
     let client: StreamClient
     /// MQTT commands run as a WebSocket's do, with this bridge's stream client for subscriptions.
     let session: WebSocketSession
@@ -80,11 +90,12 @@ public final class MQTTBridge: Sendable {
     private final class DropCount: Sendable { let value = Atomic<Int>(0) }
 
     public init(gateway: Gateway, broker: any MessageBroker, topics: BridgeTopics, forgetAfter: Duration = .seconds(3600),
-                log: @escaping @Sendable (String) -> Void) {
+                expireAfter: Int? = nil, log: @escaping @Sendable (String) -> Void) {
         self.gateway = gateway
         self.broker = broker
         self.topics = topics
         self.forgetAfter = forgetAfter
+        self.expireAfter = expireAfter
         self.log = log
         let (items, inbox) = AsyncStream<Item>.makeStream(bufferingPolicy: .bufferingNewest(Self.inboxLimit))
         self.items = items
@@ -168,6 +179,9 @@ public final class MQTTBridge: Sendable {
             await publish(update)
         case .central(.advertisement(let info)):
             publishPresence(info, connectionChanged: false)
+            refreshReading(info)
+        case .central(.advertisementChanged(let info)):
+            refreshReading(info)
         case .central(.connection(let id, let connection, _)):
             broker.publish(topics.event(.connection), item.json)
             // The event's state: the device's own may not say it yet.
@@ -180,7 +194,7 @@ public final class MQTTBridge: Sendable {
         case .central(.state):
             broker.publish(topics.event(.state), item.json)
             await publishState()
-        case .central(.value), .central(.advertisementChanged):
+        case .central(.value):
             break  // not selected by the bridge's own subscription
         }
     }
@@ -191,12 +205,27 @@ public final class MQTTBridge: Sendable {
 
     private func publish(_ update: SensorBoard.Update) async {
         guard let info = try? await gateway.central.peripheral(update.device) else { return }
-        var body = SensorBody(info, SensorBoard.Current(reading: update.reading, heard: info.lastSeen ?? Date()), now: Date())
-        body.rssi = update.rssi ?? info.rssi
-        body.gateway = topics.gatewayID
-        follow(update.device, heard: info.lastSeen ?? Date())
-        retain(topics.sensor(update.device), JSON.encodeCompact(body), qos: 0)
+        publishReading(info, SensorBoard.Current(reading: update.reading, heard: info.lastSeen ?? Date()), rssi: update.rssi ?? info.rssi)
         announce(update.device, name: info.name, reading: update.reading)
+    }
+
+    private func publishReading(_ info: PeripheralInfo, _ current: SensorBoard.Current, rssi: Int?) {
+        var body = SensorBody(info, current, now: Date())
+        body.rssi = rssi
+        body.gateway = topics.gatewayID
+        follow(info.id, heard: info.lastSeen ?? Date())
+        state.withLock { $0.followed[info.id]?.reading = .now }
+        retain(topics.sensor(info.id), JSON.encodeCompact(body), qos: 0)
+    }
+
+    /// A heard sensor's unchanged reading again, when `expireAfter` would otherwise run out.
+    private func refreshReading(_ info: PeripheralInfo) {
+        guard let expireAfter else { return }
+        let due = state.withLock { s in
+            s.followed[info.id]?.reading.map { ContinuousClock.now - $0 >= .seconds(expireAfter) / 2 } ?? false
+        }
+        guard due, let current = gateway.sensors.hear(info) else { return }
+        publishReading(info, current, rssi: info.rssi)
     }
 
     /// Home Assistant entities for measurements of the device not announced yet.
@@ -209,7 +238,8 @@ public final class MQTTBridge: Sendable {
             return true
         }
         guard new else { return }
-        for (topic, config) in HomeAssistantDiscovery.configs(device: device, name: name, reading: reading, topics: topics) {
+        for (topic, config) in HomeAssistantDiscovery.configs(device: device, name: name, reading: reading, topics: topics,
+                                                              expireAfter: expireAfter) {
             state.withLock { _ = $0.followed[device]?.discoveryTopics.insert(topic) }
             retain(topic, JSON.encodeCompact(config), qos: 1)
         }

@@ -55,6 +55,8 @@ struct Options {
     var mqttPrefix = "gattway"
     /// Characteristics made Home Assistant sensors (`--mqtt-expose FILE`, a JSON array).
     var mqttExposeFile: String?
+    /// Home Assistant's `expire_after` for the sensors' entities (`--mqtt-expire-after`, 0: none).
+    var mqttExpireAfter = 600
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -82,7 +84,8 @@ struct Options {
 
     Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
                    [--tls-cert FILE --tls-key FILE]
-                   [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]]
+                   [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
+                    [--mqtt-expire-after SECONDS]]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -193,12 +196,20 @@ struct Options {
                            "offset": 1, "unit": "bpm", "stateClass": "measurement",
                            "notify": true}, ...]. decode: uint8, sint8, uint16le/be,
                            sint16le/be, (u|s)int24le/be, (u|s)int32le/be, float32le/be,
-                           float64le/be, utf8; "scale": 0.01 multiplies; deviceClass as Home
+                           float64le/be, medfloat16, medfloat32 (IEEE 11073 SFLOAT, FLOAT),
+                           utf8; "scale": 0.01 multiplies; "mask": 6, "shift": 1 take bits
+                           of an unsigned integer (before the scale); deviceClass as Home
                            Assistant names it. "notify": true keeps the device connected and
                            holds its notifications; "poll": SECONDS reads it that often,
                            connecting as connect=auto does. Values on
                            P/ID/values/ADDRESS/SERVICE/CHARACTERISTIC (retained). A bad file
                            stops gattway (exit 2). See README.md
+      --mqtt-expire-after SECONDS
+                           Home Assistant shows a sensor unavailable after this long without
+                           a message (default 600, 0: never); a sensor still heard has its
+                           unchanged reading published again after half of it. Polled
+                           characteristics: at least 3 polls; notified ones: their own
+                           "expireAfter" only
       --help               this text
       --version            the version
 
@@ -327,6 +338,11 @@ struct Options {
                 case "--gateway-id": options.gatewayID = try value()
                 case "--mqtt-prefix": options.mqttPrefix = try value()
                 case "--mqtt-expose": options.mqttExposeFile = try value()
+                case "--mqtt-expire-after":
+                    guard let n = Int(try value()), (0...604_800).contains(n) else {
+                        throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
+                    }
+                    options.mqttExpireAfter = n
                 case "--max-body":
                     guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
                     options.maxBodyBytes = n

@@ -16,6 +16,34 @@ import Testing
         #expect(try ExposedCharacteristic.parse("[]", source: "x").isEmpty)
     }
 
+    /// (what the entry adds, the bridge's expire_after, the entity's)
+    @Test(arguments: [
+        ("", 600, nil), (#", "expireAfter": 120"#, 600, 120), (#", "expireAfter": 120"#, nil, 120),  // notified: its own only
+        (#", "expireAfter": 0"#, 600, nil),
+    ] as [(String, Int?, Int?)])
+    func aNotifiedValueExpiresOnlyWhenItsEntrySays(_ extra: String, _ global: Int?, _ expected: Int?) throws {
+        let exposed = try ExposedCharacteristic.parse("[\(Self.heartRate.dropLast())\(extra)}]", source: "x")[0]
+        #expect(exposed.expiry(default: global) == expected)
+        let topics = try BridgeTopics(prefix: "gattway", gatewayID: "up")
+        #expect(HomeAssistantDiscovery.config(exposed, deviceName: nil, topics: topics, expireAfter: global).config.expire_after == expected)
+    }
+
+    @Test(arguments: [
+        (#""poll": 300"#, 600, 900), (#""poll": 300"#, 1200, 1200), (#""poll": 1"#, 600, 600), (#""poll": 300"#, nil, nil),
+        (#""poll": 300, "expireAfter": 400"#, 600, 400), (#""poll": 300, "expireAfter": 0"#, 600, nil),
+    ] as [(String, Int?, Int?)])
+    func aPolledValueExpiresAfterTheBridgesTimeButAtLeastThreePolls(_ poll: String, _ global: Int?, _ expected: Int?) throws {
+        let entry = Self.battery.replacingOccurrences(of: #""poll": 300"#, with: poll)
+        let exposed = try ExposedCharacteristic.parse("[\(entry)]", source: "x")[0]
+        #expect(exposed.expiry(default: global) == expected)
+    }
+
+    @Test func aBitFieldIsTakenFromTheFile() throws {
+        let flags = Self.heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"mask\": 6, \"shift\": 1")
+        let exposed = try ExposedCharacteristic.parse("[\(flags)]", source: "x")[0]
+        #expect(exposed.decoding.measurement([0x16, 0x48], unit: nil)?.value == .integer(3))
+    }
+
     /// (the file, what its error must say)
     static let refused: [(String, String)] = [
         ("", "x.json: it is not valid JSON"),
@@ -39,6 +67,11 @@ import Testing
         ("[\(heartRate.replacingOccurrences(of: "\"uint8\"", with: "\"utf8\"").replacingOccurrences(of: "\"offset\": 1, ", with: ""))]",
          "a utf8 value has no stateClass"),
         ("[\(heartRate.replacingOccurrences(of: "\"bpm\"", with: "\"\""))]", "unit must be 1-32 characters"),
+        ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"mask\": 256"))]", "x.json: [0]: mask must be from 1 to 255 (the bits of uint8), not 256"),
+        ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"expireAfter\": -1"))]", "x.json: [0]: expireAfter must be seconds from 0 (none) to 604800, not -1"),
+        ("[\(battery.replacingOccurrences(of: "\"poll\": 300", with: "\"poll\": 300, \"expireAfter\": 300"))]",
+         "x.json: [0]: expireAfter 300 is not longer than the poll of 300.0 seconds"),
+        ("[\(heartRate.replacingOccurrences(of: "\"offset\": 1", with: "\"shift\": 8"))]", "x.json: [0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
         ("[\(heartRate), \(battery), \(heartRate.replacingOccurrences(of: "Heart rate", with: "Pulse"))]",
          "x.json: [2]: the same characteristic as [0]; each may be exposed once"),
         ("[" + Array(repeating: heartRate, count: 257).joined(separator: ",") + "]", "257 entries; at most 256"),

@@ -251,3 +251,48 @@ final class RecordingBroker: MessageBroker {
         #expect(retained.inOrder.map(\.0) == ["b", "c"])
     }
 }
+
+@Suite struct MQTTBridgeExpiryTests {
+    @Test func aSteadySensorStillHeardIsPublishedAgainBeforeItsEntityExpires() async throws {
+        let central = FakeCentral()
+        let broker = RecordingBroker()
+        let bridge = MQTTBridge(gateway: Gateway(central: central, version: "test"), broker: broker,
+                                topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), expireAfter: 1, log: { _ in })
+        bridge.start()
+        let sensor = BluetoothAddress("A4:C1:38:00:00:01")!
+        func heard() -> PeripheralInfo {
+            PeripheralInfo(id: sensor, addressType: "public", name: "Thermo", rssi: -61, lastSeen: Date(), state: .disconnected, paired: false,
+                           advertisement: AdvertisementData(serviceData: [BluetoothUUID(uint16: 0xFCD2): [0x40, 0x02, 0xC4, 0x09]]))
+        }
+        let topic = "gattway/gw/sensors/A4:C1:38:00:00:01"
+        central.list([heard()])
+        _ = central.handler(.advertisement(heard()))
+        #expect(await eventually { !broker.on(topic).isEmpty })
+        let first = ContinuousClock.now
+        let config = broker.on("homeassistant/sensor/ble_a4c138000001_temperature/config")
+        #expect(config.count == 1 && config.first?.json["expire_after"] as? Int == 1)
+        // The same advertisement heard every 20 ms or so: nothing changes, so it goes out again
+        // only when half of expire_after has passed since it last did.
+        var turns = 0
+        #expect(await eventually(within: .seconds(3)) {
+            turns += 1
+            if turns % 20 == 0 { _ = central.handler(.advertisement(heard())) }
+            return broker.on(topic).count >= 2
+        })
+        #expect(ContinuousClock.now - first >= .milliseconds(400))
+        #expect(broker.on(topic).count == 2 && broker.on(topic).allSatisfy(\.retain))
+        await bridge.stop()
+    }
+
+    @Test func withoutExpiryNoConfigSaysExpireAfter() throws {
+        var measurements = Measurements()
+        measurements.add("temperature", Measurement(.number(21.5), unit: "°C"))
+        let reading = SensorReading(format: .bthome, measurements: measurements)
+        let topics = try BridgeTopics(prefix: "gattway", gatewayID: "a")
+        let device = BluetoothAddress("F0:00:00:00:00:06")!
+        let none = HomeAssistantDiscovery.configs(device: device, name: nil, reading: reading, topics: topics)[0].config
+        #expect(none.expire_after == nil && !String(decoding: JSON.encodeCompact(none), as: UTF8.self).contains("expire_after"))
+        let some = HomeAssistantDiscovery.configs(device: device, name: nil, reading: reading, topics: topics, expireAfter: 600)[0].config
+        #expect(String(decoding: JSON.encodeCompact(some), as: UTF8.self).contains(#""expire_after":600"#))
+    }
+}

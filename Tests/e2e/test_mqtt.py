@@ -441,6 +441,43 @@ def test_rssi_changes_do_not_flood_while_changed_readings_still_go_out(broker):
         watcher.close()
 
 
+IBEACON = "F0:00:00:00:00:04"
+
+
+def test_with_expire_after_the_configs_carry_it_and_a_steady_beacon_still_heard_is_published_again(broker):
+    """--mqtt-expire-after 4: Home Assistant shows an entity unavailable after 4 s without a
+    message. The simulated iBeacon's values never change (published once without it, above):
+    now its reading goes out again every 2 s while it is heard, and no more once it is not."""
+    topic = f"gattway/gw-e/sensors/{IBEACON}"
+    watcher = Client(broker, topic, "homeassistant/#")
+    gw = start_gateway(broker.url, "gw-e", "--mqtt-expire-after", "4", scan={"allowDuplicates": True})
+    try:
+        assert watcher.wait(lambda: watcher.on(topic), 15)
+        first = time.monotonic()
+        assert watcher.wait(lambda: len(watcher.on(topic)) >= 3, 10), len(watcher.on(topic))
+        assert time.monotonic() - first >= 3.5  # two halves of expire_after, a little early at most
+        bodies = watcher.on(topic)
+        assert len({json.dumps(b["reading"]["measurements"], sort_keys=True) for b in bodies}) == 1, bodies
+        assert [b["updated"] for b in bodies] == sorted({b["updated"] for b in bodies})  # heard anew each time
+        for body in bodies:
+            SENSOR.validate(body)
+        with watcher.cond:
+            configs = {t: json.loads(p) for t, p, _, _ in watcher.messages if t.startswith("homeassistant/")}
+        sensors = {t: c for t, c in configs.items() if c["unique_id"].startswith("ble_")}
+        assert any(c["state_topic"] == topic for c in sensors.values()), list(sensors)
+        assert sensors and all(c["expire_after"] == 4 for c in sensors.values()), sensors
+        assert "expire_after" not in configs["homeassistant/binary_sensor/gattway_gw-e/config"]  # the gateway: its availability
+        # Out of range: not heard, not published again; Home Assistant lets it expire.
+        gw.simulator("SetFault", "string:" + IBEACON, 'string:{"outOfRange": true}')
+        time.sleep(1)  # an advertisement already on its way
+        count = len(watcher.on(topic))
+        time.sleep(4.5)  # two refreshes' worth, had it still been heard
+        assert len(watcher.on(topic)) == count
+    finally:
+        gw.stop()
+        watcher.close()
+
+
 def test_a_device_not_heard_for_forget_after_has_its_retained_topics_cleared(broker):
     topics = [f"gattway/gw-f/devices/{BTHOME}", f"gattway/gw-f/sensors/{BTHOME}"]
     kept = f"gattway/gw-f/sensors/{SENSORS[1]}"

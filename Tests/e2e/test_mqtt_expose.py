@@ -72,6 +72,8 @@ def test_exposed_characteristics_are_announced_as_home_assistant_sensors(broker,
     hr, battery = json.loads(live.last(HR_CONFIG)[1]), json.loads(live.last(BATTERY_CONFIG)[1])
     assert (hr["unique_id"], hr["unit_of_measurement"], hr.get("device_class")) == ("ble_f00000000001_180d_2a37", "bpm", None)
     assert (battery["unique_id"], battery["unit_of_measurement"], battery["device_class"]) == ("ble_f00000000001_180f_2a19", "%", "battery")
+    # --mqtt-expire-after's default for the polled one; none for the notified one (it notifies when it likes).
+    assert battery["expire_after"] == 600 and "expire_after" not in hr
 
 
 def test_values_arrive_retained_decoded_and_change(broker, exposing):
@@ -128,6 +130,42 @@ def test_a_lost_link_is_reconnected_and_values_resume(exposing):
     assert any("connected for --mqtt-expose" in line for line in gw.log)
 
 
+THERMOMETER = "F0:00:00:00:00:40"
+THERMOMETER_TOPIC = f"gattway/gw-a/values/{THERMOMETER}/1809/2a1c"
+# A Health Thermometer: 2A1C indicates a flags byte (0: °C, no time stamp) and an IEEE 11073 FLOAT.
+THERMOMETER_CONFIG = {"devices": [{
+    "address": THERMOMETER, "name": "Sim Thermometer", "uuids": ["1809"],
+    "services": [{"uuid": "1809", "characteristics": [
+        {"uuid": "2a1c", "flags": ["indicate"], "value": "006e0100ff", "notifyIntervalMs": 500}]}],  # 366 × 10^-1
+}]}
+
+
+def test_an_ieee_11073_temperature_is_decoded_and_nan_is_no_measurement(broker, tmp_path):
+    simulated = tmp_path / "thermometer.json"
+    simulated.write_text(json.dumps(THERMOMETER_CONFIG))
+    exposed = tmp_path / "expose.json"
+    exposed.write_text(json.dumps([{"device": THERMOMETER, "service": "1809", "characteristic": "2a1c",
+                                    "name": "Body temperature", "decode": "medfloat32", "offset": 1, "unit": "°C",
+                                    "deviceClass": "temperature", "notify": True}]))
+    live = Client(broker, THERMOMETER_TOPIC)
+    gw = Gateway(["--simulate", str(simulated), "--mqtt", broker.url, "--gateway-id", "gw-a", "--mqtt-expose", str(exposed)])
+    try:
+        # Indicated every half second once the hold is made.
+        assert live.wait(lambda: values(live, THERMOMETER_TOPIC), 15), gw.log[-10:]
+        assert values(live, THERMOMETER_TOPIC)[-1]["measurement"] == {"value": 36.6, "unit": "°C"}
+        # 0x007FFFFF is the FLOAT's NaN: published without a measurement, and said why once.
+        gw.simulator("SetValue", "string:" + THERMOMETER, "string:2a1c", "array:byte:0x00,0xff,0xff,0x7f,0x00", "boolean:true")
+        assert live.wait(lambda: values(live, THERMOMETER_TOPIC)[-1]["value"] == "00ffff7f00", 10)
+        assert "measurement" not in values(live, THERMOMETER_TOPIC)[-1]
+        # -3650 × 10^-2: a negative mantissa and exponent.
+        gw.simulator("SetValue", "string:" + THERMOMETER, "string:2a1c", "array:byte:0x00,0xbe,0xf1,0xff,0xfe", "boolean:true")
+        assert live.wait(lambda: values(live, THERMOMETER_TOPIC)[-1].get("measurement") == {"value": -36.5, "unit": "°C"}, 10)
+        assert any("is no number (NaN, infinite, or reserved)" in line for line in gw.log), gw.log[-10:]
+    finally:
+        gw.stop()
+        live.close()
+
+
 def run_refused(*args):
     out = subprocess.run([binary("gattway"), "--listen", "127.0.0.1:0", "--state-dir", "none", *args],
                          capture_output=True, text=True, timeout=30)
@@ -140,6 +178,9 @@ def run_refused(*args):
     ([EXPOSED[0], {**EXPOSED[1], "poll": 0}], "[1]: poll must be seconds from 1 to 86400"),
     ([{**EXPOSED[1], "deviceClass": "batery"}], '[0]: deviceClass "batery" is not one of'),
     ([EXPOSED[0], EXPOSED[0]], "[1]: the same characteristic as [0]"),
+    ([{**EXPOSED[0], "decode": "sint8", "mask": 6}], "[0]: mask and shift take bits of an unsigned integer"),
+    ([{**EXPOSED[0], "shift": 8}], "[0]: shift must be from 0 to 7 (the bits of uint8), not 8"),
+    ([EXPOSED[0], {**EXPOSED[1], "expireAfter": 1_000_000}], "[1]: expireAfter must be seconds from 0 (none) to 604800, not 1000000"),
 ])
 def test_a_bad_file_is_refused_at_start_with_where_and_why(tmp_path, entries, message):
     path = tmp_path / "expose.json"
