@@ -22,7 +22,8 @@ import Threading
 ///
 /// What is retained is also kept here (bounded, `retainedLimit` topics, the oldest forgotten
 /// first), and sent again whenever the broker connection is made again (`brokerConnected`), so
-/// a broker that restarted without persistence has it back.
+/// a broker that restarted without persistence has it back; while the connection is down it is
+/// only kept here (`brokerDisconnected`), so that nothing goes out twice when it comes back.
 ///
 /// With `expireAfter` (seconds), Home Assistant is told to show an entity unavailable when its
 /// state topic has been quiet that long. Sensors publish on change only, so a sensor still heard
@@ -66,6 +67,9 @@ public final class MQTTBridge: Sendable {
 
     private struct State {
         var retained = RetainedMessages()
+        /// Between `brokerConnected` and `brokerDisconnected`: retained messages go to the broker
+        /// as they are made; otherwise only into `retained`, which `brokerConnected` sends.
+        var brokerUp = false
         var followed: [BluetoothAddress: Followed] = [:]
         var task: Task<Void, Never>?
         var sweeper: Task<Void, Never>?
@@ -143,14 +147,26 @@ public final class MQTTBridge: Sendable {
         await session.end()
     }
 
-    /// The broker connection is (again) made: availability, then everything retained.
+    /// The broker connection is (again) made: availability, then everything retained. Under the
+    /// lock that `retain` takes, so that a newer message for a topic never goes out before the
+    /// older one sent here (the broker would keep the older).
     public func brokerConnected() {
-        broker.publish(topics.availability, BridgeTopics.online, qos: 1, retain: true)
-        let own = HomeAssistantDiscovery.gatewayConfig(topics: topics, version: gateway.version)
-        broker.publish(own.topic, JSON.encodeCompact(own.config), qos: 1, retain: true)
-        for (topic, payload) in state.withLock({ $0.retained.inOrder }) {
-            broker.publish(topic, payload, qos: 1, retain: true)
+        state.withLock { s in
+            s.brokerUp = true
+            broker.publish(topics.availability, BridgeTopics.online, qos: 1, retain: true)
+            let own = HomeAssistantDiscovery.gatewayConfig(topics: topics, version: gateway.version)
+            broker.publish(own.topic, JSON.encodeCompact(own.config), qos: 1, retain: true)
+            for (topic, payload) in s.retained.inOrder {
+                broker.publish(topic, payload, qos: 1, retain: true)
+            }
         }
+    }
+
+    /// The broker connection is lost (or not made): retained messages are only kept until
+    /// `brokerConnected` sends them all. Handed to the client meanwhile, they would wait in its
+    /// offline queue and go out twice at the reconnection: from the queue, then from here.
+    public func brokerDisconnected() {
+        state.withLock { $0.brokerUp = false }
     }
 
     /// Events the inbox had no room for.
@@ -314,8 +330,10 @@ public final class MQTTBridge: Sendable {
     }
 
     func retain(_ topic: String, _ payload: [UInt8], qos: Int) {
-        state.withLock { $0.retained.set(topic, payload) }
-        broker.publish(topic, payload, qos: qos, retain: true)
+        state.withLock { s in
+            s.retained.set(topic, payload)
+            if s.brokerUp { broker.publish(topic, payload, qos: qos, retain: true) }
+        }
     }
 }
 

@@ -45,7 +45,10 @@ func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacte
                 log("mqtt: connected to \(url) (MQTT \(version == 5 ? "5" : "3.1.1")) as \(topics.base)")
                 bridge.brokerConnected()
             },
-            disconnected: { reason in log("mqtt: \(url): \(reason)") },
+            disconnected: { reason in
+                bridge.brokerDisconnected()
+                log("mqtt: \(url): \(reason)")
+            },
             message: { message in
                 bridge.received(BrokerMessage(topic: message.topic, payload: message.payload,
                                               responseTopic: message.responseTopic, correlationData: message.correlationData))

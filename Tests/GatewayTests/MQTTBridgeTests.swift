@@ -132,6 +132,7 @@ final class RecordingBroker: MessageBroker {
         bridge = MQTTBridge(gateway: Gateway(central: central, version: "test"), broker: broker,
                             topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), log: { _ in })
         bridge.start()
+        bridge.brokerConnected()
     }
 
     @Test func subscribesToCommandsAndPublishesState() async {
@@ -151,6 +152,22 @@ final class RecordingBroker: MessageBroker {
         #expect(published.contains { $0.topic == "homeassistant/binary_sensor/gattway_gw/config" && $0.retain })
         #expect(published.contains { $0.topic == "gattway/gw/state" && $0.retain })
         await bridge.stop()
+    }
+
+    @Test func whileTheBrokerIsDownRetainedMessagesAreKeptAndGoOutOnceAtTheConnection() async throws {
+        let broker = RecordingBroker()
+        let down = MQTTBridge(gateway: Gateway(central: central, version: "test"), broker: broker,
+                              topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), log: { _ in })
+        down.start()
+        #expect(await eventually { down.retainedCount == 1 })  // the state, kept
+        #expect(broker.on("gattway/gw/state").isEmpty)  // not handed to a client that would queue it
+        down.brokerConnected()
+        #expect(broker.on("gattway/gw/state").count == 1)
+        down.brokerDisconnected()
+        broker.published.withLock { $0.removeAll() }
+        down.brokerConnected()
+        #expect(broker.on("gattway/gw/state").count == 1 && broker.published.withLock { $0 }.first?.text == "online")
+        await down.stop()
     }
 
     @Test func aCommandIsAnsweredOnTheResponseTopicWithTheCorrelationData() async {
@@ -210,6 +227,7 @@ final class RecordingBroker: MessageBroker {
                                 topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), forgetAfter: .seconds(1),
                                 log: { line in lines.withLock { $0.append(line) } })
         bridge.start()
+        bridge.brokerConnected()
         let phone = BluetoothAddress("5A:00:00:00:00:01")!
         var heard = PeripheralInfo(id: phone, addressType: "random", name: nil, rssi: -70, lastSeen: Date(), state: .disconnected,
                                    paired: false, advertisement: AdvertisementData())
@@ -259,6 +277,7 @@ final class RecordingBroker: MessageBroker {
         let bridge = MQTTBridge(gateway: Gateway(central: central, version: "test"), broker: broker,
                                 topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), expireAfter: 1, log: { _ in })
         bridge.start()
+        bridge.brokerConnected()
         let sensor = BluetoothAddress("A4:C1:38:00:00:01")!
         func heard() -> PeripheralInfo {
             PeripheralInfo(id: sensor, addressType: "public", name: "Thermo", rssi: -61, lastSeen: Date(), state: .disconnected, paired: false,
