@@ -28,8 +28,9 @@ import Threading
 /// With `expireAfter` (seconds), Home Assistant is told to show an entity unavailable when its
 /// state topic has been quiet that long. Sensors publish on change only, so a sensor still heard
 /// has its reading published again, unchanged, when the last was `expireAfter / 2` ago (checked
-/// at each advertisement the bridge is given): a steady thermometer or a beacon stays available,
-/// one not heard any more goes unavailable.
+/// at each sweep, against what the gateway heard: with a scan that filters duplicates, or the
+/// watch, an unchanged advertisement never reaches the bridge as an event): a steady thermometer
+/// or a beacon stays available, one not heard any more goes unavailable.
 ///
 /// Devices come and go (phones change their random address every few minutes): a device the
 /// gateway has not heard for `forgetAfter` (and that is not connected), or no longer knows, is
@@ -125,8 +126,14 @@ public final class MQTTBridge: Sendable {
             for await item in self.items { await self.handle(item) }
         }
         // Sweeps run in the inbox's order, so that a device is never cleared after a newer publish.
-        let interval = min(max(forgetAfter / 4, .seconds(1)), .seconds(60))
-        let sweeper = Task { [inbox] in
+        // A quarter of the forgetting's or the expiry's time, whichever is shorter, 1 to 60 s.
+        let expiry = expireAfter.map { Duration.seconds($0) / 4 } ?? .seconds(60)
+        let interval = min(max(min(forgetAfter / 4, expiry), .seconds(1)), .seconds(60))
+        let sweeper = Task { [inbox, hub = gateway.hub] in
+            // One at once, behind the events of before the client was added: a steady sensor the
+            // watch heard before (one reading, never changed since) is published now, not never.
+            await hub.offered()
+            inbox.yield(Item(event: nil, subscription: "", json: [], sweep: true))
             while (try? await Task.sleep(for: interval)) != nil {
                 inbox.yield(Item(event: nil, subscription: "", json: [], sweep: true))
             }
@@ -195,9 +202,6 @@ public final class MQTTBridge: Sendable {
             await publish(update)
         case .central(.advertisement(let info)):
             publishPresence(info, connectionChanged: false)
-            refreshReading(info)
-        case .central(.advertisementChanged(let info)):
-            refreshReading(info)
         case .central(.connection(let id, let connection, _)):
             broker.publish(topics.event(.connection), item.json)
             // The event's state: the device's own may not say it yet.
@@ -210,7 +214,7 @@ public final class MQTTBridge: Sendable {
         case .central(.state):
             broker.publish(topics.event(.state), item.json)
             await publishState()
-        case .central(.value):
+        case .central(.value), .central(.advertisementChanged):
             break  // not selected by the bridge's own subscription
         }
     }
@@ -234,14 +238,30 @@ public final class MQTTBridge: Sendable {
         retain(topics.sensor(info.id), JSON.encodeCompact(body), qos: 0)
     }
 
-    /// A heard sensor's unchanged reading again, when `expireAfter` would otherwise run out.
-    private func refreshReading(_ info: PeripheralInfo) {
-        guard let expireAfter else { return }
-        let due = state.withLock { s in
-            s.followed[info.id]?.reading.map { ContinuousClock.now - $0 >= .seconds(expireAfter) / 2 } ?? false
+    /// Readings of sensors the gateway hears (its list and the watch's) that events did not
+    /// bring: one never published (heard before the bridge started and steady since, as a
+    /// beacon is; heard within `forgetAfter`), and with `expireAfter` an unchanged one whose last
+    /// message is half of that old (heard within that half).
+    private func publishUnsentReadings() async {
+        let now = Date()
+        let clock = ContinuousClock.now
+        let half = expireAfter.map { Duration.seconds($0) / 2 }
+        let listed = await gateway.central.peripherals()
+        let ids = Set(listed.map(\.id))
+        let heard = listed + (await gateway.central.watched()).filter { !ids.contains($0.id) }
+        let sent = state.withLock { s in s.followed.compactMapValues(\.reading) }
+        for info in heard {
+            guard let seen = info.lastSeen else { continue }
+            let quiet = now.timeIntervalSince(seen)
+            if let last = sent[info.id] {
+                guard let half, clock - last >= half, quiet <= half.inSeconds else { continue }
+            } else if quiet > forgetAfter.inSeconds {
+                continue
+            }
+            guard let current = gateway.sensors.hear(info) else { continue }
+            publishReading(info, current, rssi: info.rssi)
+            announce(info.id, name: info.name, reading: current.reading)
         }
-        guard due, let current = gateway.sensors.hear(info) else { return }
-        publishReading(info, current, rssi: info.rssi)
     }
 
     /// Home Assistant entities for measurements of the device not announced yet.
@@ -292,7 +312,8 @@ public final class MQTTBridge: Sendable {
         if let evicted { forget([evicted], why: "more than \(Self.deviceLimit) devices") }
     }
 
-    /// Forgets the devices not heard for `forgetAfter` that the gateway does not hear (or know) either.
+    /// Forgets the devices not heard for `forgetAfter` that the gateway does not hear (or know)
+    /// either; then publishes the readings events did not bring (`publishUnsentReadings`).
     private func sweep() async {
         let now = Date()
         let limit = forgetAfter.inSeconds
@@ -310,6 +331,7 @@ public final class MQTTBridge: Sendable {
             gone.append(device)
         }
         if !gone.isEmpty { forget(gone, why: "not heard for \(limit == limit.rounded() ? "\(Int(limit))" : "\(limit)") s") }
+        await publishUnsentReadings()
     }
 
     /// Clears the devices' own retained topics and drops what is kept of them.

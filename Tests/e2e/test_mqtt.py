@@ -444,13 +444,31 @@ def test_rssi_changes_do_not_flood_while_changed_readings_still_go_out(broker):
 IBEACON = "F0:00:00:00:00:04"
 
 
+def test_a_steady_sensor_only_the_watch_hears_is_published(broker):
+    """No scan: the watch alone hears the sensors, some from before the bridge started, and the
+    iBeacon's values never change, so no event would ever bring its reading (it was missing)."""
+    topic = f"gattway/gw-w/sensors/{IBEACON}"
+    watcher = Client(broker, topic)
+    gw = start_gateway(broker.url, "gw-w", scan=False)
+    try:
+        assert watcher.wait(lambda: watcher.on(topic), 15)
+        body = watcher.on(topic)[0]
+        SENSOR.validate(body)
+        assert body["reading"]["format"] == "ibeacon" and body["gateway"] == "gw-w", body
+    finally:
+        gw.stop()
+        watcher.close()
+
+
 def test_with_expire_after_the_configs_carry_it_and_a_steady_beacon_still_heard_is_published_again(broker):
     """--mqtt-expire-after 4: Home Assistant shows an entity unavailable after 4 s without a
     message. The simulated iBeacon's values never change (published once without it, above):
     now its reading goes out again every 2 s while it is heard, and no more once it is not."""
     topic = f"gattway/gw-e/sensors/{IBEACON}"
     watcher = Client(broker, topic, "homeassistant/#")
-    gw = start_gateway(broker.url, "gw-e", "--mqtt-expire-after", "4", scan={"allowDuplicates": True})
+    # A scan that filters duplicates (the default; the watch behaves alike): the unchanged
+    # advertisements reach the bridge as no event at all, only as the gateway's having heard them.
+    gw = start_gateway(broker.url, "gw-e", "--mqtt-expire-after", "4", scan={})
     try:
         assert watcher.wait(lambda: watcher.on(topic), 15)
         first = time.monotonic()
