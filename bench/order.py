@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes Sources/gattway/Linking/gattway.order: the functions of the release gattway that run at start and idle,
-for lld's --symbol-ordering-file (Package.swift). Laid out together, they share pages: the
+"""Writes Sources/gattway/Linking/gattway.order: the functions of the release gattway that run
+at start and idle, for lld's --symbol-ordering-file (Package.swift). Laid out together, they share pages: the
 kernel maps 64 kB around each page a process touches (fault-around), so a few hundred kB of code
 spread over 10 MB of .text made 7 MB of it resident.
 
