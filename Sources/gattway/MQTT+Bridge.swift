@@ -34,7 +34,7 @@ func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacte
         configuration.keyFile = options.mqttKey
         let client = try MQTTClient(configuration)
         let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics,
-                                forgetAfter: .milliseconds(Int(options.forgetAfterSeconds * 1000)),
+                                forgetAfter: options.forgetAfter,
                                 expireAfter: options.mqttExpireAfter == 0 ? nil : options.mqttExpireAfter, log: log)
         bridge.start()
         let exposer = exposed.isEmpty ? nil : CharacteristicExposer(bridge: bridge, exposed: exposed)

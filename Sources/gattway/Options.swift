@@ -21,6 +21,8 @@ struct Options {
     var staleAfterSeconds = 60.0
     /// The watch (and the MQTT bridge) forget a device not heard for this long.
     var forgetAfterSeconds = 3600.0
+    /// `forgetAfterSeconds`, for the watch and the bridge alike.
+    var forgetAfter: Duration { .milliseconds(Int(forgetAfterSeconds * 1000)) }
     /// A device connected for `connect=auto` is disconnected after this long without requests.
     var idleDisconnectSeconds = 60.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.

@@ -228,7 +228,7 @@ func run(_ options: Options) async -> Int32 {
 
     let central = BlueZCentral(busAddress: address, adapter: options.adapter,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
-                               forgetAfter: .milliseconds(Int(options.forgetAfterSeconds * 1000)), log: log)
+                               forgetAfter: options.forgetAfter, log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
