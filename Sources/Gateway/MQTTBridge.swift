@@ -130,12 +130,13 @@ public final class MQTTBridge: Sendable {
         let expiry = expireAfter.map { Duration.seconds($0) / 4 } ?? .seconds(60)
         let interval = min(max(min(forgetAfter / 4, expiry), .seconds(1)), .seconds(60))
         let sweeper = Task { [inbox, hub = gateway.hub] in
+            let sweep = Item(event: nil, subscription: "", json: [], sweep: true)
             // One at once, behind the events of before the client was added: a steady sensor the
             // watch heard before (one reading, never changed since) is published now, not never.
             await hub.offered()
-            inbox.yield(Item(event: nil, subscription: "", json: [], sweep: true))
+            inbox.yield(sweep)
             while (try? await Task.sleep(for: interval)) != nil {
-                inbox.yield(Item(event: nil, subscription: "", json: [], sweep: true))
+                inbox.yield(sweep)
             }
         }
         state.withLock { s in
