@@ -9,11 +9,15 @@ characteristic, so every notification says which characteristic and which tick i
 counter ticks whether or not anybody listens, so a gap in the values a client receives is a
 notification lost.
 
-gattway scans, connects every device with {"autoReconnect": true}; then the stream clients attach:
+Each characteristic is in a service of its own, so that a GATT table exported in pieces leaves some
+of them out for a while.
+
+gattway scans, connects every device with {"autoReconnect": true} and holds every characteristic's
+notifications over REST (POST …/notifications); then the stream clients attach:
   - --sse SSE streams on /v1/events?device=…&characteristic=… (one characteristic each, in turn),
   - --ws WebSockets on /v1/ws, each subscribing to every characteristic and to connection events,
-  - one SSE event log on /v1/events?types=connection,state: when each device disconnects and is
-    connected again,
+  - one SSE event log on /v1/events?types=connection,state,hold: when each device disconnects and is
+    connected again, and what became of each hold,
   - a D-Bus observer on the simulator's bus (dbus-fast) that records each value the simulator
     sends (the "floor": what BlueZ emitted), and through which the faults are injected.
 For --minutes it injects a random fault every 10-40 s (--gap) through io.gattway.Simulator1:
@@ -23,6 +27,11 @@ For --minutes it injects a random fault every 10-40 s (--gap) through io.gattway
   restart         Restart(downMs 500-5000): bluetoothd leaves the bus and comes back
   power           SetPowered(false), 1-5 s, SetPowered(true)
   end-discovery   EndDiscovery()
+  late-table      SetFault(device, {"lateServices": {"first": 1, "restAfterMs": 500-6000, "resolved": between|after},
+                  "forgetGATT": true}) then DropLink(device): the reconnection finds the GATT table exported
+                  in two pieces, as real bluetoothd exported it after a restart (the fault stays for the
+                  device's later reconnections, until another SetFault replaces it)
+  late-restart    the same SetFault on every device, then Restart(downMs 500-5000)
 Beside it, GET /v1/state, /v1/devices and /v1/scan every 5 s (an answer other than 200, or none
 within 5 s, is an HTTP error; the scan's state is reported) and gattway's RSS and CPU every 10 s.
 
@@ -31,7 +40,8 @@ device after it, plus --grace seconds (the notifications are turned on again aft
 for a device the fault did not disconnect (and for end-discovery), the window is the fault time
 plus --grace. Each value a client missed is placed in time (when the floor saw it, else by the
 counter's tick from the last value received) and counted as lost during a fault if it lies in a
-window of its device, else lost outside faults.
+window of its device, else lost outside faults. A device whose table comes in pieces has its
+windows longer by the delay of the second piece.
 
 After the last fault the soak waits up to 90 s for every device to be connected again, lets the
 notifications flow for a few seconds, takes each characteristic's last value (the floor's; a
@@ -40,14 +50,17 @@ notifications that never resume count as lost) and counts, per client and charac
 values from the soak's start to then: expected, received, lost during / outside faults, lost
 that the simulator did send on D-Bus (so gattway's own losses, wherever they fall), duplicates,
 `dropped` events. Then it checks that gattway is alive and answers GET /v1/state, that
-every device is connected and that every stream is still open.
+every device is connected, that every stream is still open, and that no hold was lost: every
+characteristic held over REST is listed notifying (`isNotifying`) and still held (`GET
+/v1/restoration`'s kept holds, with --state-dir); `hold` events restored/failed are counted.
 
 Output: the fault list, a table per client, gattway's figures, and a last line for scripts:
   soak: minutes=… seed=… faults=… reconnections=… clients=… notifications_expected=… received=…
         lost_during_faults=… lost_outside_faults=… lost_after_dbus=… errors=… rss_start_mb=… rss_end_mb=… cpu_s=…
+        holds=… holds_lost=… hold_events_restored=… hold_events_failed=…
         alive=yes|no devices_back=yes|no streams_open=yes|no result=pass|fail
-Exit status 1 if gattway died or stopped answering, a device did not come back, a stream closed or
-a notification was lost outside the fault windows; 2 if the rig could not be set up; 130 on
+Exit status 1 if gattway died or stopped answering, a device did not come back, a stream closed,
+a hold was lost or a notification was lost outside the fault windows; 2 if the rig could not be set up; 130 on
 Ctrl-C/SIGTERM. Logs (gattway's stderr, the simulator's) go to .build/soak/. Every wait is
 bounded; every process started is stopped at the end, on errors and on Ctrl-C/SIGTERM.
 Usage: bench/soak [--minutes 10] [--seed N] [--devices 3] [--chars 2] [--sse 4] [--ws 3].
@@ -60,6 +73,7 @@ import datetime
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,14 +113,16 @@ def sim_config(rng, devices, chars):
     for d in range(devices):
         address = f"F0:00:00:00:50:{d + 1:02X}"
         characteristics = []
+        services = []
         for c in range(chars):
             tag, uuid = len(subs) + 1, f"5{c + 1:03x}"
             interval = rng.randrange(100, 1001, 50)
             subs.append(Sub(tag, address, uuid, interval))
-            characteristics.append({"uuid": uuid, "flags": ["read", "notify"], "generator": "counter",
-                                    "value": f"000000000000{tag:02x}00", "notifyIntervalMs": interval})
+            services.append({"uuid": f"50{c:02x}", "characteristics": [
+                {"uuid": uuid, "flags": ["read", "notify"], "generator": "counter",
+                 "value": f"000000000000{tag:02x}00", "notifyIntervalMs": interval}]})
         config["devices"].append({"address": address, "name": f"Soak {d + 1}", "advertisingIntervalMs": 200,
-                                  "services": [{"uuid": "5000", "characteristics": characteristics}]})
+                                  "services": services})
     return config, subs
 
 
@@ -166,6 +182,7 @@ class Client:
         self.dropped_events = self.dropped_count = 0
         self.reconnections = 0
         self.states = {}  # device -> last connection state, for the reconnections it saw
+        self.holds = {"restored": 0, "failed": 0}  # `hold` events by state
 
     def notification(self, event, t):
         got = decode(event.get("value"))
@@ -201,6 +218,7 @@ class Soak:
         self.http_errors = []  # (t, text)
         self.samples = []  # (t, rss_mb, cpu_s)
         self.scanning = []  # (t, GET /v1/scan's `scanning`) at each change
+        self.late = {}  # device -> seconds its GATT table's second piece comes late (late-table faults)
 
     def now(self):
         return time.monotonic() - self.t0
@@ -266,6 +284,8 @@ def dispatch(soak, client, event):
         soak.events.append((t, event))
     elif kind == "dropped":
         client.dropped(event)
+    elif kind == "hold":
+        client.holds[event.get("state")] = client.holds.get(event.get("state"), 0) + 1
 
 
 async def run_ws(soak, client, ready):
@@ -362,7 +382,15 @@ class Floor:
 # Faults.
 
 CONNECT_REFUSED = json.dumps({"connectError": {"message": "le-connection-abort-by-remote", "count": 1}})
-KINDS = [("droplink", 3), ("connect-refused", 2), ("restart", 2), ("power", 2), ("end-discovery", 1)]
+KINDS = [("droplink", 3), ("connect-refused", 2), ("restart", 2), ("power", 2), ("end-discovery", 1), ("late-table", 2),
+         ("late-restart", 1)]
+
+
+def late_table(rng):
+    """A lateServices fault: (its JSON, the second piece's delay in seconds, a description)."""
+    rest, resolved = rng.randrange(500, 6001, 100), rng.choice(["between", "after"])
+    fault = {"lateServices": {"first": 1, "restAfterMs": rest, "resolved": resolved}, "forgetGATT": True}
+    return json.dumps(fault), rest / 1000, f"rest +{rest} ms, {resolved}"
 
 
 def connected_devices(soak, log_client):
@@ -380,8 +408,24 @@ async def inject(soak, floor, rng, kind, log_client):
             fault.update(target=device, hits=[device])
             if kind == "connect-refused":
                 await floor.control("SetFault", "ss", device, CONNECT_REFUSED)
+                soak.late[device] = 0  # that SetFault replaced any late table
                 fault["detail"] = "next connect refused"
             await floor.control("DropLink", "s", device)
+        elif kind == "late-table":
+            device = rng.choice(connected_devices(soak, log_client) or devices)
+            text, late, fault["detail"] = late_table(rng)
+            fault.update(target=device, hits=[device])
+            await floor.control("SetFault", "ss", device, text)
+            soak.late[device] = late
+            await floor.control("DropLink", "s", device)
+        elif kind == "late-restart":
+            down = rng.randint(500, 5000)
+            text, late, detail = late_table(rng)
+            fault.update(target="bluetoothd", detail=f"down {down} ms, {detail}", hits=devices)
+            for device in devices:
+                await floor.control("SetFault", "ss", device, text)
+                soak.late[device] = late
+            await floor.control("Restart", "u", down)
         elif kind == "restart":
             down = rng.randint(500, 5000)
             fault.update(target="bluetoothd", detail=f"down {down} ms", hits=devices)
@@ -435,7 +479,8 @@ def fault_windows(soak, floor, grace):
                 continue
             end = back if back is not None else float("inf")
             f["backs"][d] = end
-            windows[d].append((f["t"], end + grace))
+            # The table's late piece (as the fault left it) delays the notifications it holds.
+            windows[d].append((f["t"], end + grace + f.get("late", {}).get(d, 0)))
             backs.append(end - f["t"])
             firsts = [floor.first_after(s.tag, back) if back is not None else None for s in soak.subs if s.device == d]
             resumed.append(float("inf") if None in firsts else max(firsts) - f["t"])
@@ -522,6 +567,17 @@ async def device_states(session, soak, devices):
     return states
 
 
+async def hold_states(session, soak):
+    """Per characteristic held over REST: notifying now, and still among the holds kept."""
+    kept = (await http_get(session, soak, "/v1/restoration") or {}).get("kept", {}).get("holds", [])
+    held = {(h["device"], h["characteristic"]) for h in kept}
+    states = {}
+    for s in soak.subs:
+        c = await http_get(session, soak, f"/v1/devices/{s.device}/characteristics/{s.uuid}") or {}
+        states[s] = {"notifying": c.get("isNotifying") is True, "kept": (s.device, c.get("handle")) in held}
+    return states
+
+
 async def soak_run(args, rng, port, proc, bus, subs):
     soak = Soak(port, subs)
     devices = list(dict.fromkeys(s.device for s in subs))
@@ -535,7 +591,7 @@ async def soak_run(args, rng, port, proc, bus, subs):
         # The event log first, so that it sees every connection event of the soak.
         log_client = Client("events", "log", [])
         clients = []
-        specs = [(log_client, "types=connection,state")]
+        specs = [(log_client, "types=connection,state,hold")]
         for i in range(args.sse):
             s = subs[i % len(subs)]
             c = Client(f"sse{i + 1}", "sse", [s])
@@ -582,6 +638,7 @@ async def soak_run(args, rng, port, proc, bus, subs):
             if proc.poll() is not None:
                 break
             fault = await inject(soak, floor, rng, rng.choices(kinds, weights)[0], log_client)
+            fault["late"] = dict(soak.late)
             soak.faults.append(fault)
             log(f"  t={fault['t']:7.1f}s {soak.clock(fault['t'])} {fault['kind']:<16} {fault['target']:<18} {fault['detail']}"
                 + (f"  FAILED: {fault['error']}" if fault["error"] else ""))
@@ -611,13 +668,14 @@ async def soak_run(args, rng, port, proc, bus, subs):
                 tally.frozen = True
 
         alive = proc.poll() is None and (await http_get(polls, soak, "/v1/state")) is not None
+        holds = await hold_states(polls, soak) if alive else {}
         final_states = await device_states(polls, soak, devices) if proc.poll() is None else {d: "?" for d in devices}
         stop.set()
         await asyncio.wait_for(watcher, 10)
         rss_end, cpu_end = bench.rss_mb(proc.pid), bench.cpu_seconds(proc.pid)
         return report(args, soak, floor, clients, log_client, dict(
             t_start=t_start, t_back=t_back, t_cut=t_cut, cutoffs=cutoffs, alive=alive,
-            exit=proc.poll(), states=final_states, rss_start=rss_start, rss_end=rss_end, cpu_start=cpu_start,
+            exit=proc.poll(), states=final_states, holds=holds, rss_start=rss_start, rss_end=rss_end, cpu_start=cpu_start,
             cpu_end=cpu_end))
     finally:
         for t in tasks:
@@ -713,11 +771,18 @@ def report(args, soak, floor, clients, log_client, r):
     for t, text in soak.http_errors[:10] + [e for c in clients for e in c.errors][:10]:
         lines.append(f"    t={t:.1f}s {text}")
 
-    ok = r["alive"] and devices_back and streams_open and totals["outside"] == 0
+    holds_lost = [str(s) + (" (not notifying)" if not h["notifying"] else "") + (" (no longer kept)" if not h["kept"] else "")
+                  for s, h in r["holds"].items() if not (h["notifying"] and h["kept"])]
+    lines.append(f"  holds (REST, one per characteristic): {len(soak.subs)}; `hold` events on the event log: "
+                 f"{log_client.holds.get('restored', 0)} restored, {log_client.holds.get('failed', 0)} failed (not within 10 s, still held);"
+                 f" lost at the end: {', '.join(holds_lost) if holds_lost else 'none'}")
+    ok = r["alive"] and devices_back and streams_open and totals["outside"] == 0 and not holds_lost
     final = (f"soak: minutes={args.minutes:g} seed={args.seed} faults={len(soak.faults)} reconnections={reconnections} "
              f"clients={len(clients)} notifications_expected={totals['expected']} received={totals['received']} "
              f"lost_during_faults={totals['during']} lost_outside_faults={totals['outside']} lost_after_dbus={totals['sent']} errors={errors} "
              f"rss_start_mb={r['rss_start']:.1f} rss_end_mb={fmt_mb(r['rss_end'], unit='')} cpu_s={fmt_s(cpu)} "
+             f"holds={len(soak.subs)} holds_lost={len(holds_lost) if r['alive'] else '?'} "
+             f"hold_events_restored={log_client.holds.get('restored', 0)} hold_events_failed={log_client.holds.get('failed', 0)} "
              f"alive={'yes' if r['alive'] else 'no'} devices_back={'yes' if devices_back else 'no'} "
              f"streams_open={'yes' if streams_open else 'no'} result={'pass' if ok else 'fail'}")
     log("")
@@ -779,6 +844,7 @@ def main():
     for name in os.listdir(OUT):
         if name.endswith((".log", ".json")):
             os.remove(os.path.join(OUT, name))
+    shutil.rmtree(os.path.join(OUT, "state"), ignore_errors=True)  # the holds kept by the last run
     rng = random.Random(a.seed)  # the intervals, then the faults
     config, subs = sim_config(rng, a.devices, a.chars)
     log(f"soak: seed {a.seed}; {a.devices} devices, {len(subs)} counter characteristics at "
@@ -790,7 +856,8 @@ def main():
             bus, _ = bench.start_sim(stack, config, "soak")
             port = bench.free_port()
             logf = stack.enter_context(open(gattway_log, "w"))
-            proc = subprocess.Popen([bench.GATTWAY, "--listen", f"{HOST}:{port}"], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([bench.GATTWAY, "--listen", f"{HOST}:{port}", "--state-dir", os.path.join(OUT, "state")],
+                                    stdin=subprocess.DEVNULL,
                                     stdout=logf, stderr=logf, env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus))
             stack.callback(bench.stop_process, proc)
 
@@ -812,6 +879,11 @@ def main():
                                                {"timeout": 30, "autoReconnect": True}, timeout=40)
                 if status != 200:
                     raise RuntimeError(f"connect {d} answered {status}: {body}")
+            for s in subs:
+                status, body = bench.http_call(port, "POST", f"/v1/devices/{s.device}/characteristics/{s.uuid}/notifications",
+                                               timeout=40)
+                if status != 200:
+                    raise RuntimeError(f"holding {s} answered {status}: {body}")
         except (RuntimeError, OSError) as e:
             log(f"soak: could not set up the rig: {e} (logs in {OUT})")
             return 2

@@ -148,6 +148,12 @@ public protocol Central: Sendable {
     /// `setNotifyValue(_:for:)` on a characteristic already resolved (by its handle): returns
     /// whether it now notifies.
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool
+    /// Wants notifications of `characteristic` on, as a successful `setNotifyValue(true)` does,
+    /// whether or not the device is connected or has the characteristic now (state restoration:
+    /// a hold outlives the link and gattway). They start now when they can, else at the device's
+    /// next connection or when the characteristic appears; `.resubscribed` reports each outcome.
+    /// `setNotifyValue(false)` ends the wish.
+    func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async
     /// The backend's own figures for `/metrics`.
     func diagnostics() -> [CentralMetric]
 }

@@ -18,6 +18,22 @@ public enum CentralEvent: Sendable, Equatable {
     case reconnecting(id: BluetoothAddress, attempt: Int, delay: Duration)
     /// `didUpdateValueFor`: a notification or indication, or the result of a read.
     case value(ValueUpdate)
+    /// Notifications wanted on (`setNotifyValue(true)`, `keepNotifying`) were started again after a
+    /// connection or a change of the device's GATT table (`error` nil), or could not be within the
+    /// central's bound after a connection (`error` says why; the wish stays, and is tried again
+    /// when the device's GATT objects change and at its next connection). `uuids` once known.
+    case resubscribed(id: BluetoothAddress, characteristic: UInt16, uuids: CharacteristicUUIDs?, error: BLEError?)
+}
+
+/// A characteristic's UUID and its service's: what the GATT blocklist looks at.
+public struct CharacteristicUUIDs: Sendable, Hashable {
+    public var service: BluetoothUUID
+    public var characteristic: BluetoothUUID
+
+    public init(service: BluetoothUUID, characteristic: BluetoothUUID) {
+        self.service = service
+        self.characteristic = characteristic
+    }
 }
 
 /// A characteristic's new value.

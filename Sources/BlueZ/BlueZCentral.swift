@@ -31,9 +31,10 @@ public final class BlueZCentral: Central {
 
     /// `connect` opens a bus connection; it is called at start and again after the bus went away.
     /// A device the scan found and has not seen for `staleAfter` is listed `stale`; the watch
-    /// forgets one it has not heard for `forgetAfter`.
+    /// forgets one it has not heard for `forgetAfter`. Notifications wanted that have not started
+    /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
     public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
-                forgetAfter: Duration = .seconds(3600),
+                forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10),
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
@@ -44,7 +45,7 @@ public final class BlueZCentral: Central {
         self.link = link
         self.scanner = scanner
         self.connector = connector
-        let gatt = GATTOperations(link: link, connector: connector, log: log)
+        let gatt = GATTOperations(link: link, connector: connector, events: events, restoreDeadline: restoreDeadline, log: log)
         self.gatt = gatt
         connector.setReconnectedHandler { id in Task { await gatt.resubscribe(id) } }
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
@@ -60,6 +61,7 @@ public final class BlueZCentral: Central {
         }
         scanner.observe(change)
         connector.observe(change)
+        gatt.observe(change)
         switch change {
         case .reloaded, .added, .removed:
             break
@@ -134,10 +136,18 @@ public final class BlueZCentral: Central {
         try await gatt.setNotify(enabled, id, characteristic: characteristic)
     }
 
+    public func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async {
+        await gatt.keepNotifying(id, characteristic: characteristic)
+    }
+
     public func diagnostics() -> [CentralMetric] {
-        link.diagnostics() + [
+        let unrestored = gatt.unrestoredCounts()
+        let help = "Characteristics wanted notifying that do not since their device connected: waiting for their objects, or past the deadline (clients told)."
+        return link.diagnostics() + [
             CentralMetric("gattway_scan_restarts_total", "Scans started again after BlueZ ended discovery by itself.", .counter,
                           Double(scanner.restartCount)),
+            CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "waiting")], Double(unrestored.waiting)),
+            CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "failed")], Double(unrestored.failed)),
         ]
     }
 }

@@ -14,10 +14,18 @@ struct BlocklistedCentral: Central {
     let blocklist: Blocklist
 
     func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
-        base.setEventHandler { [blocklist] event in
+        base.setEventHandler { [blocklist, base] event in
             if case .value(let update) = event,
                !blocklist.allows(.read, path: [update.serviceUUID, update.characteristicUUID]) {
                 return
+            }
+            if case .resubscribed(let id, let handle, let uuids?, nil) = event,
+               !blocklist.allows(.read, path: [uuids.service, uuids.characteristic]) {
+                // A wish kept from before (restored from the state file while its device was
+                // away) on a characteristic clients may not read: ended, and said so.
+                Task { _ = try? await base.setNotifyValue(false, id, characteristic: handle) }
+                let refused = BLEError(.uuidNotAllowed, "subscribing to characteristic \(uuids.characteristic) is not allowed: it is in the GATT blocklist")
+                return handler(.resubscribed(id: id, characteristic: handle, uuids: uuids, error: refused))
             }
             handler(event)
         }
@@ -86,6 +94,12 @@ struct BlocklistedCentral: Central {
 
     // The rest is not about attributes. Advertised service UUIDs stay in device lists, as Web
     // Bluetooth leaves them: anyone in radio range receives them anyway.
+
+    /// A wish restored from the state file: what it is for is known once the device is there, so
+    /// the blocklist is applied to its outcome (the event handler above).
+    func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async {
+        await base.keepNotifying(id, characteristic: characteristic)
+    }
 
     func status() async -> ManagerStatus { await base.status() }
     func adapters() async throws(BLEError) -> [AdapterInfo] { try await base.adapters() }

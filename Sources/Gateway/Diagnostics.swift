@@ -5,6 +5,12 @@ import HTTPServer
 import Synchronization
 import Threading
 
+/// Notifications the central started again, and those it could not within its deadline.
+final class ResubscriptionCounters: Sendable {
+    let restored = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
+}
+
 /// What stream clients were given and lost, summed over every client (for `/metrics`).
 final class DeliveryCounters: Sendable {
     let delivered = Atomic<Int>(0)
@@ -134,12 +140,18 @@ extension Gateway {
         errors.record(error, operation: "\(request.method) \(request.path)", device: device)
     }
 
-    /// Events of the central that are errors: links lost.
+    /// Events of the central that are errors: links lost, notifications not restored.
     func noteEvent(_ event: CentralEvent) {
         switch event {
         case .connection(let id, .disconnected, let error?):
             errors.count(error)
             errors.record(error, operation: "link", device: id)
+        case .resubscribed(let id, let handle, _, let error?):
+            resubscriptions.failed.add(1, ordering: .relaxed)
+            errors.count(error)
+            errors.record(error, operation: "restore notifications \(handleText(handle))", device: id)
+        case .resubscribed:
+            resubscriptions.restored.add(1, ordering: .relaxed)
         case .reconnecting:
             reconnectAttempts.add(1, ordering: .relaxed)
         default:
@@ -170,6 +182,10 @@ extension Gateway {
         let held = holds.snapshot()
         Prometheus.sample(&out, "gattway_notification_holds", [("of", "characteristics")], Double(held.count))
         Prometheus.sample(&out, "gattway_notification_holds", [("of", "holders")], Double(held.values.reduce(0, +)))
+        Prometheus.head(&out, "gattway_notification_restores_total",
+                        "Notifications started again after a connection or a GATT change, and those not restored within the deadline (still wanted).", "counter")
+        Prometheus.sample(&out, "gattway_notification_restores_total", [("result", "restored")], Double(resubscriptions.restored.load(ordering: .relaxed)))
+        Prometheus.sample(&out, "gattway_notification_restores_total", [("result", "failed")], Double(resubscriptions.failed.load(ordering: .relaxed)))
         Prometheus.head(&out, "gattway_refusals_total", "Requests refused by access control or a limit, by kind.", "counter")
         for (kind, n) in access.refusals.countsByKind.sorted(by: { $0.key < $1.key }) {
             Prometheus.sample(&out, "gattway_refusals_total", [("kind", kind)], Double(n))

@@ -8,7 +8,7 @@ import Threading
 struct EventBody: Encodable {
     struct Attribute: Encodable {
         var handle: String
-        var uuid: String
+        var uuid: String?
     }
 
     var type: String
@@ -83,6 +83,10 @@ struct EventBody: Encodable {
             value = format.encode(v.value)
             self.format = format.rawValue
             self.sequence = sequence
+        case .resubscribed(_, let handle, let uuids, let e):
+            state = e == nil ? "restored" : "failed"
+            characteristic = Attribute(handle: handleText(handle), uuid: uuids?.characteristic.uuidString)
+            error = e.map { ErrorBody($0).error }
         }
     }
 

@@ -6,7 +6,7 @@ import Threading
 
 /// The kinds of stream event, as clients select them (`?types=`).
 enum EventType: String, CaseIterable, Sendable {
-    case state, advertisement, connection, notification, sensor
+    case state, advertisement, connection, notification, sensor, hold
 
     /// "state, advertisement, ...", for error messages.
     static let names = allCases.map(\.rawValue).joined(separator: ", ")
@@ -60,6 +60,9 @@ final class HubEvent: Sendable {
         case .central(.value(let v)):
             (type, device) = (.notification, v.device)
             (handle, uuid) = (v.characteristicHandle, v.characteristicUUID)
+        case .central(.resubscribed(let id, let characteristic, let uuids, _)):
+            (type, device) = (.hold, id)
+            (handle, uuid) = (characteristic, uuids?.characteristic)
         case .sensor(let update):
             (type, device) = (.sensor, update.device)
             unchanged = !update.changed
@@ -81,9 +84,12 @@ struct Selection: Sendable, Equatable {
     var everyPacket = false
 
     func matches(_ event: HubEvent) -> Bool {
-        guard types.contains(event.type), everyPacket || !event.unchanged else { return false }
+        // What becomes of a hold is told to whoever follows that characteristic's notifications.
+        let selected = types.contains(event.type)
+            || (event.type == .hold && characteristic != nil && types.contains(.notification))
+        guard selected, everyPacket || !event.unchanged else { return false }
         if let device, event.device != device { return false }
-        if let characteristic, event.type == .notification {
+        if let characteristic, event.type == .notification || event.type == .hold {
             switch characteristic {
             case .handle(let h): if event.characteristicHandle != h { return false }
             case .uuid(let u): if event.characteristicUUID != u { return false }

@@ -31,6 +31,7 @@ public final class Gateway: Sendable {
     let errors = ErrorLog()
     let requests = RequestMetrics()
     let reconnectAttempts = Atomic<Int>(0)
+    let resubscriptions = ResubscriptionCounters()
     let started = ContinuousClock.now
     /// `GET /v1/devices`, encoded compact, while the device list stays the same.
     private let deviceList = EncodedCache()
@@ -81,8 +82,10 @@ public final class Gateway: Sendable {
             }
             self?.noteEvent(event)
             switch event {
-            case .connection(let id, .connected, _): restoration.connected(id, central: central, holds: holds)
+            case .state(let status): restoration.stateChanged(status, central: central)
+            case .connection(let id, .connected, _): restoration.connected(id)
             case .connection(let id, .disconnected, _): autoConnections.linkDown(id)
+            case .resubscribed(let id, let handle, _, let error): restoration.resubscribed(id, handle, error)
             case .value(let update): values.noted(update)
             default: break
             }

@@ -215,7 +215,7 @@ public final class MQTTBridge: Sendable {
         case .central(.state):
             broker.publish(topics.event(.state), item.json)
             await publishState()
-        case .central(.value), .central(.advertisementChanged):
+        case .central(.value), .central(.advertisementChanged), .central(.resubscribed):
             break  // not selected by the bridge's own subscription
         }
     }

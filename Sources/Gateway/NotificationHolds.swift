@@ -53,6 +53,20 @@ final class NotificationHolds: Sendable {
         }.get()
     }
 
+    /// A REST hold kept from an earlier run (state restoration): held whatever the device can do
+    /// now. The central starts notifications when it can (now, at the device's next connection,
+    /// or when the characteristic appears) and reports each outcome (`.resubscribed`).
+    func restoreForREST(_ key: Key) async {
+        await serially(key) {
+            guard self.restHolds.withLock({ $0.insert(key).inserted }) else { return }
+            let first = self.counts.withLock { c -> Bool in
+                c[key, default: 0] += 1
+                return c[key] == 1
+            }
+            if first { await self.central.keepNotifying(key.device, characteristic: key.characteristic) }
+        }
+    }
+
     /// `DELETE .../notifications`: the REST API lets go; streams may still hold it.
     func releaseForREST(_ key: Key) async {
         await serially(key) {

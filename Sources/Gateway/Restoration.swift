@@ -34,7 +34,9 @@ final class Restoration: Sendable {
         struct Item: Encodable, Sendable {
             var kind: String
             var target: String
-            /// "restored", "pending" (a kept device not connected yet; its holds wait for it) or "failed".
+            /// "restored"; "pending" (a kept device not connected yet, a hold whose notifications
+            /// have not started yet, a scan waiting for Bluetooth to be usable); or "failed" (the
+            /// error says why; a hold stays held and is tried again).
             var result: String
             var error: ErrorBody.Content?
         }
@@ -51,8 +53,8 @@ final class Restoration: Sendable {
     private let log: @Sendable (String) -> Void
     private let desired = Mutex(Desired())
     private let report: Mutex<Report>
-    /// Holds to take once their device is connected.
-    private let waitingHolds = Mutex<[BluetoothAddress: [UInt16]]>([:])
+    /// The kept scan, while Bluetooth was not usable enough to start it: started when it is.
+    private let pendingScan = Mutex<ScanRequest?>(nil)
     /// Saves run one at a time, in order.
     private let saving = Mutex(())
     /// The state file as read at start, until `restore` acts on it.
@@ -92,6 +94,7 @@ final class Restoration: Sendable {
     }
 
     func scanning(_ request: ScanRequest?) {
+        pendingScan.withLock { $0 = nil }  // a client's scan replaces the kept one
         change { $0.scan = request?.timeout == nil ? request : nil }
     }
 
@@ -194,21 +197,26 @@ final class Restoration: Sendable {
 
     // MARK: - Restoring
 
-    /// Reads the state and asks for it again: the scan, each kept device (the central keeps
-    /// trying those it cannot connect now), and each hold once its device is connected.
+    /// Reads the state and asks for it again: the watch, the scan (when Bluetooth is not usable
+    /// yet, once it is), each REST hold (held from now on; the central starts its notifications
+    /// whenever the device is connected and has the characteristic, and says how it went), and
+    /// each kept device (the central keeps trying those it cannot connect now).
     func restore(central: Central, holds: NotificationHolds) async {
         guard let state = loaded.withLock({ $0.take() }) else { return }
         log("state: restoring \(state.devices.count) device(s), \(state.holds.count) hold(s)" + (state.scan != nil ? ", a scan" : "")
             + (state.watch != nil ? ", the watch" : ""))
         if let watch = state.watch { await ask("watch") { _ = try await central.startWatch(try watch.options()) } }
-        if let scan = state.scan { await ask("scan") { _ = try await central.startScan(try scan.options()) } }
+        if let scan = state.scan { await restoreScan(scan, central: central) }
         for hold in state.holds {
+            let target = "\(hold.device) \(hold.characteristic)"
             guard let id = BluetoothAddress(hold.device), let selector = AttributeSelector(hold.characteristic),
                   case .handle(let handle) = selector else {
-                note("hold", "\(hold.device) \(hold.characteristic)", "failed", BLEError(.invalidParameters, "not a device and handle"))
+                note("hold", target, "failed", BLEError(.invalidParameters, "not a device and handle"))
                 continue
             }
-            waitingHolds.withLock { $0[id, default: []].append(handle) }
+            // Noted before it is asked for: the outcome may come at once.
+            note("hold", "\(id) \(AttributeSelector.format(handle))", "pending")
+            await holds.restoreForREST(NotificationHolds.Key(device: id, characteristic: handle))
         }
         for text in state.devices {
             guard let id = BluetoothAddress(text) else {
@@ -218,55 +226,54 @@ final class Restoration: Sendable {
             do {
                 _ = try await central.connect(id, timeout: .seconds(30), autoReconnect: true)
                 note("device", text, "restored")
-                await takeHolds(id, central: central, holds: holds)
             } catch {
-                // Kept: the central tries again, and the holds are taken when it connects.
+                // Kept: the central tries again, and its holds are restored when it connects.
                 note("device", text, "pending", error)
             }
         }
-        // Holds of devices not kept: one try now.
-        let others = waitingHolds.withLock { w in w.keys.filter { !state.devices.contains($0.description) } }
-        for id in others { await takeHolds(id, central: central, holds: holds) }
     }
 
-    /// A device connected: a restored device that was pending is restored now, and the holds
-    /// restored for it are taken.
-    func connected(_ id: BluetoothAddress, central: Central, holds: NotificationHolds) {
+    /// The kept scan: started, or pending until Bluetooth is usable (then `stateChanged` starts
+    /// it); a scan the file describes wrongly fails for good.
+    private func restoreScan(_ scan: ScanRequest, central: Central) async {
+        do throws(BLEError) {
+            _ = try await central.startScan(try scan.options())
+            note("scan", "scan", "restored")
+        } catch {
+            if ReconnectPolicy.isPermanent(error) {
+                note("scan", "scan", "failed", error)
+                return
+            }
+            note("scan", "scan", "pending", error)
+            pendingScan.withLock { $0 = scan }
+            log("state: the scan is restored when Bluetooth is usable (\(error.message))")
+        }
+    }
+
+    /// The manager's state changed: a scan waiting for a usable adapter starts now.
+    func stateChanged(_ status: ManagerStatus, central: Central) {
+        guard status.state == .poweredOn, let scan = pendingScan.withLock({ $0.take() }) else { return }
+        Task { await self.restoreScan(scan, central: central) }
+    }
+
+    /// A device connected: a restored device that was pending is restored now.
+    func connected(_ id: BluetoothAddress) {
         report.withLock { r in
             if let i = r.items.firstIndex(where: { $0.kind == "device" && $0.target == id.description && $0.result == "pending" }) {
                 r.items[i].result = "restored"
                 r.items[i].error = nil
             }
         }
-        guard waitingHolds.withLock({ $0[id] != nil }) else { return }
-        Task { await self.takeHolds(id, central: central, holds: holds) }
     }
 
-    /// Takes the holds restored for `id`. The `connected` event comes when the link is up, before
-    /// BlueZ has resolved the services: while the device answers `notConnected`, try again
-    /// (every 0.25 s, for up to 30 s).
-    private func takeHolds(_ id: BluetoothAddress, central: Central, holds: NotificationHolds) async {
-        let handles = waitingHolds.withLock { $0.removeValue(forKey: id) } ?? []
-        for handle in handles {
-            let target = "\(id) \(AttributeSelector.format(handle))"
-            let deadline = ContinuousClock.now + .seconds(30)
-            while true {
-                do throws(BLEError) {
-                    let c = try await central.characteristic(id, .handle(handle))
-                    try c.requireNotifiable()
-                    try await holds.holdForREST(NotificationHolds.Key(device: id, characteristic: handle))
-                    note("hold", target, "restored")
-                    log("state: the hold on \(target) is restored")
-                } catch where error.code == .cb(.notConnected) && ContinuousClock.now < deadline {
-                    try? await Task.sleep(for: .milliseconds(250))
-                    continue
-                } catch {
-                    note("hold", target, "failed", error)
-                    log("state: cannot restore the hold on \(target): \(error)")
-                }
-                break
-            }
-        }
+    /// The central started a hold's notifications again, or could not (`error`): a restored
+    /// hold's item says so.
+    func resubscribed(_ id: BluetoothAddress, _ handle: UInt16, _ error: BLEError?) {
+        let target = "\(id) \(AttributeSelector.format(handle))"
+        let known = report.withLock { r in r.items.contains { $0.kind == "hold" && $0.target == target } }
+        guard known else { return }
+        note("hold", target, error == nil ? "restored" : "failed", error)
+        if error == nil { log("state: the hold on \(target) is restored") }
     }
 
     /// Asks for the watch or the scan again, noting how it went.

@@ -220,15 +220,7 @@ extension Engine {
     /// them) and forgets everything bluetoothd knew about it.
     func removeDevice(_ d: Int) {
         guard devices[d].exported else { return }
-        if devices[d].gattExported {
-            for (s, service) in devices[d].table.services.enumerated() {
-                for c in service.characteristics {
-                    for x in devices[d].table.characteristics[c].descriptors { unexport(.descriptor(d, x)) }
-                    unexport(.characteristic(d, c))
-                }
-                unexport(.service(d, s))
-            }
-        }
+        if devices[d].gattExported { withdrawGATT(d) }
         unexport(.device(d))
         discoveryFound.remove(d)
         devices[d].forget()

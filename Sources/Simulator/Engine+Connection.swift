@@ -127,16 +127,28 @@ extension Engine {
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
         let early = devices[d].faults.servicesResolvedEarly && !devices[d].gattExported
         if early { resolveServices(d) }
+        var resolved = early
         if !devices[d].gattExported {
             devices[d].gattExported = true
-            for (s, service) in table.services.enumerated() {
-                export(.service(d, s))
-                for c in service.characteristics {
-                    export(.characteristic(d, c))
-                    for x in table.characteristics[c].descriptors { export(.descriptor(d, x)) }
+            let services = table.services.indices
+            if let late = devices[d].faults.lateServices, late.first < services.count {
+                // In two pieces, ServicesResolved between them or after both (the race seen on
+                // real bluetoothd after a restart).
+                exportGATT(d, services.prefix(late.first))
+                if !resolved && late.resolved == .between {
+                    resolveServices(d)
+                    resolved = true
                 }
+                log("\(devices[d].address): \(late.first) of \(services.count) services exported; the others in \(late.restAfterMs) ms")
+                let resolveLater = !resolved
+                tasks.after(milliseconds: late.restAfterMs) { await self.exportRest(d, epoch: epoch, resolve: resolveLater) }
+                resolved = true  // now, or by exportRest
+            } else {
+                exportGATT(d, services)
             }
         } else {
+            // A piece that a lost link kept from being exported comes now.
+            exportGATT(d, table.services.indices)
             for c in table.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
         }
         for c in table.characteristics.indices where !devices[d].characteristics[c].sessions.isEmpty {
@@ -146,11 +158,44 @@ extension Engine {
                 propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
             }
         }
-        if !early { resolveServices(d) }
+        if !resolved { resolveServices(d) }
         if let ms = devices[d].faults.dropLinkAfterMs {
             tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
         }
         if devices[d].pairing != nil { startPairing(d) }
+    }
+
+    /// Exports these services with their characteristics and descriptors, those not exported yet.
+    func exportGATT(_ d: Int, _ services: some Sequence<Int>) {
+        let table = devices[d].table
+        for s in services {
+            guard let path = path(of: .service(d, s)), objects[path] == nil else { continue }
+            export(.service(d, s))
+            for c in table.services[s].characteristics {
+                export(.characteristic(d, c))
+                for x in table.characteristics[c].descriptors { export(.descriptor(d, x)) }
+            }
+        }
+    }
+
+    /// Withdraws every GATT object of the device (children first, as bluetoothd unregisters them).
+    func withdrawGATT(_ d: Int) {
+        for (s, service) in devices[d].table.services.enumerated() {
+            for c in service.characteristics {
+                for x in devices[d].table.characteristics[c].descriptors { unexport(.descriptor(d, x)) }
+                unexport(.characteristic(d, c))
+            }
+            unexport(.service(d, s))
+        }
+        devices[d].gattExported = false
+    }
+
+    /// The second piece of `lateServices`, if the link it belongs to is still up.
+    private func exportRest(_ d: Int, epoch: Int, resolve: Bool) {
+        guard devices[d].linkEpoch == epoch, devices[d].hasGATT, devices[d].gattExported else { return }
+        exportGATT(d, devices[d].table.services.indices)
+        log("\(devices[d].address): the other services exported")
+        if resolve { resolveServices(d) }
     }
 
     /// UUIDs becomes the primary services (first time), then ServicesResolved=true.
@@ -216,6 +261,14 @@ extension Engine {
         devices[d].disconnectCalls = []
         devices[d].connected = false
         propertiesChanged(.device(d), Interface.device, ["Connected"])
+        if devices[d].faults.forgetGATT {
+            // No cache: the objects, and the notification sessions on them, go with the link.
+            withdrawGATT(d)
+            for c in devices[d].characteristics.indices {
+                devices[d].characteristics[c].sessions = [:]
+                devices[d].characteristics[c].notifying = false
+            }
+        }
         if devices[d].removeAfterDisconnect { removeDevice(d) }
     }
 

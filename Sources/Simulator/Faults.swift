@@ -12,6 +12,7 @@ extension SimulatorConfiguration {
     ///                     "count": 2, "linkEstablished": false },
     ///   "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
     ///   "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
+    ///   "lateServices": { "first": 2, "restAfterMs": 1500, "resolved": "between" }, "forgetGATT": true,
     ///   "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
     ///                  { "handle": 13, "code": 3 } ] }
     /// ```
@@ -33,12 +34,19 @@ extension SimulatorConfiguration {
         public var outOfRange: Bool
         /// Each connection is lost this long after it was made.
         public var dropLinkAfterMs: Int?
+        /// Whenever the GATT objects are exported (the first connection, after bluetoothd
+        /// restarted, each connection with `forgetGATT`), they come in two pieces, as real
+        /// bluetoothd was seen to export them after a restart (2 services, the rest later).
+        public var lateServices: LateServices?
+        /// The GATT objects are withdrawn when the link goes down (a BlueZ that keeps no GATT
+        /// cache for the device), so that every connection exports them again.
+        public var forgetGATT: Bool
         /// The peripheral answers these ATT error codes.
         public var attErrors: [ATTError]
 
         public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
                     suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, dropLinkAfterMs: Int? = nil,
-                    attErrors: [ATTError] = []) {
+                    lateServices: LateServices? = nil, forgetGATT: Bool = false, attErrors: [ATTError] = []) {
             self.connectError = connectError
             self.connectDelayMs = connectDelayMs
             self.responseDelayMs = responseDelayMs
@@ -46,12 +54,14 @@ extension SimulatorConfiguration {
             self.servicesResolvedEarly = servicesResolvedEarly
             self.outOfRange = outOfRange
             self.dropLinkAfterMs = dropLinkAfterMs
+            self.lateServices = lateServices
+            self.forgetGATT = forgetGATT
             self.attErrors = attErrors
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange
-            case dropLinkAfterMs, attErrors
+            case dropLinkAfterMs, lateServices, forgetGATT, attErrors
         }
 
         public init(from decoder: any Decoder) throws {
@@ -64,6 +74,8 @@ extension SimulatorConfiguration {
             servicesResolvedEarly = try c.decode(.servicesResolvedEarly, default: false)
             outOfRange = try c.decode(.outOfRange, default: false)
             dropLinkAfterMs = try c.decodeInt(.dropLinkAfterMs, default: nil, in: 0...86_400_000)
+            lateServices = try c.decodeIfPresent(LateServices.self, forKey: .lateServices)
+            forgetGATT = try c.decode(.forgetGATT, default: false)
             attErrors = try c.decode(.attErrors, default: [])
         }
 
@@ -112,6 +124,34 @@ extension SimulatorConfiguration {
                 }
                 self.init(name: name, message: message, count: try c.decodeInt(.count, default: nil, in: 1...1_000_000),
                           linkEstablished: try c.decodeIfPresent(Bool.self, forKey: .linkEstablished))
+            }
+        }
+
+        /// The GATT objects in two pieces: the first `first` services (in handle order) with the
+        /// link, the others `restAfterMs` later; ServicesResolved=true between the two pieces
+        /// (`"resolved": "between"`, the race bluetoothd shows) or after both (`"after"`).
+        public struct LateServices: Codable, Sendable, Equatable {
+            public enum Resolved: String, Codable, Sendable { case between, after }
+            public var first: Int
+            public var restAfterMs: Int
+            public var resolved: Resolved
+
+            public init(first: Int, restAfterMs: Int, resolved: Resolved = .between) {
+                self.first = first
+                self.restAfterMs = restAfterMs
+                self.resolved = resolved
+            }
+
+            enum CodingKeys: String, CodingKey, CaseIterable { case first, restAfterMs, resolved }
+
+            public init(from decoder: any Decoder) throws {
+                try decoder.rejectUnknownKeys(CodingKeys.self)
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                guard let first = try c.decodeInt(.first, default: nil, in: 0...0xFFFF),
+                      let rest = try c.decodeInt(.restAfterMs, default: nil, in: 0...600_000) else {
+                    throw DecodingError.dataCorruptedError(forKey: .first, in: c, debugDescription: "give \"first\" and \"restAfterMs\"")
+                }
+                self.init(first: first, restAfterMs: rest, resolved: try c.decode(.resolved, default: .between))
             }
         }
 

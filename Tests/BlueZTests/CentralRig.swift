@@ -21,7 +21,7 @@ final class CentralRig: Sendable {
     /// Reconnection on a test's time scale: 50–100 ms, doubling up to 400 ms.
     static let quick = ReconnectPolicy(first: 0.05...0.1, factor: 2, jitter: 0.2, maximum: 0.4)
 
-    private init(_ configuration: SimulatorConfiguration, policy: ReconnectPolicy) throws {
+    private init(_ configuration: SimulatorConfiguration, policy: ReconnectPolicy, restoreDeadline: Duration) throws {
         bus = try PrivateBus()
         server = try Connection(address: bus.address)
         simulator = Simulator(connection: server, configuration: configuration)
@@ -30,14 +30,15 @@ final class CentralRig: Sendable {
         let address = bus.address
         let first = Mutex<Connection?>(client)
         // The first connection is the test's (it subscribes and calls with it too); after a bus loss, new ones.
-        central = BlueZCentral(adapter: nil, reconnectPolicy: policy) { () throws(BusError) in
+        central = BlueZCentral(adapter: nil, reconnectPolicy: policy, restoreDeadline: restoreDeadline) { () throws(BusError) in
             if let c = first.withLock({ c in defer { c = nil }; return c }) { return c }
             return try Connection(address: address)
         }
     }
 
-    static func start(_ configuration: SimulatorConfiguration = .builtIn, policy: ReconnectPolicy = quick) async throws -> CentralRig {
-        let rig = try CentralRig(configuration, policy: policy)
+    static func start(_ configuration: SimulatorConfiguration = .builtIn, policy: ReconnectPolicy = quick,
+                      restoreDeadline: Duration = .seconds(10)) async throws -> CentralRig {
+        let rig = try CentralRig(configuration, policy: policy, restoreDeadline: restoreDeadline)
         rig.central.setEventHandler { [events = rig.events] in events.append($0) }
         try await rig.simulator.start()
         await rig.central.start()
@@ -46,8 +47,9 @@ final class CentralRig: Sendable {
 
     /// Scans until `ids` are known, then connects them.
     static func connected(_ ids: [BluetoothAddress], _ configuration: SimulatorConfiguration = .builtIn,
-                          autoReconnect: Bool = false, policy: ReconnectPolicy = quick) async throws -> CentralRig {
-        let rig = try await start(configuration, policy: policy)
+                          autoReconnect: Bool = false, policy: ReconnectPolicy = quick,
+                          restoreDeadline: Duration = .seconds(10)) async throws -> CentralRig {
+        let rig = try await start(configuration, policy: policy, restoreDeadline: restoreDeadline)
         _ = try await rig.central.startScan(ScanOptions())
         for id in ids {
             _ = try await rig.events.wait { if case .advertisement(let p) = $0 { p.id == id } else { false } }

@@ -96,6 +96,9 @@ final class FakeCentral: Central {
     func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
         try await notify.call(enabled, id, characteristic: characteristic)
     }
+    func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async {
+        _ = try? await setNotifyValue(true, id, characteristic: characteristic)
+    }
 }
 
 struct Reply {

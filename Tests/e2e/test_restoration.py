@@ -105,3 +105,32 @@ def test_state_is_off_when_asked(tmp_path):
         assert report["enabled"] is False and "file" not in report, report
     finally:
         gw.stop()
+
+
+def test_a_kept_scan_waits_for_bluetooth_and_a_kept_hold_for_its_device(tmp_path):
+    """Issue 22: nothing kept is dropped because the adapter or the device is not ready at start.
+    The adapter starts powered off: the scan is `pending`, then starts when it powers on; the
+    hold is held from the start and restored when its device connects, without a client."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps({
+        "version": 1, "devices": [HR], "holds": [{"device": HR, "characteristic": "0x0015"}], "scan": {"services": ["180d"]}}))
+    config = tmp_path / "sim.json"
+    config.write_text(json.dumps({"adapter": {"powered": False}, "devices": [{
+        "address": HR, "name": "Sim Heart Rate", "uuids": ["180d"], "advertisingIntervalMs": 200,
+        "services": [{"uuid": "180d", "handle": 20, "characteristics": [
+            {"uuid": "2a37", "flags": ["notify"], "value": "0648", "generator": "heartRate", "notifyIntervalMs": 200}]}]}]}))
+    gw = Gateway(["--simulate", str(config), "--state-dir", str(state_dir)])
+    try:
+        results = lambda: {(i["kind"], i["target"]): i["result"] for i in gw.get("/v1/restoration")[1]["restored"]}
+        assert wait_for(lambda: results().get(("scan", "scan")) == "pending", 5), results()
+        assert results()[("hold", f"{HR} 0x0015")] == "pending", results()
+        assert gw.get("/v1/scan")[1]["scanning"] is False
+        gw.simulator("SetPowered", "boolean:true")
+        assert wait_for(lambda: results().get(("scan", "scan")) == "restored", 10), results()
+        assert gw.get("/v1/scan")[1]["scanning"] is True
+        assert wait_for(lambda: results().get(("hold", f"{HR} 0x0015")) == "restored", 20), results()
+        assert results()[("device", HR)] == "restored", results()
+        assert gw.get(f"/v1/devices/{HR}/characteristics/0x0015")[1]["isNotifying"] is True
+    finally:
+        gw.stop()

@@ -198,6 +198,7 @@ final class Probe: Central {
         called("setNotifyValue")
         return enabled
     }
+    func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async { called("keepNotifying") }
 }
 
 let adapter = ObjectPath(trusted: "/org/bluez/hci0")
