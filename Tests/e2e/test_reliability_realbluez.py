@@ -1,9 +1,12 @@
-"""Issue 11 against real BlueZ (the realbluez VM, `GATTWAY_TARGET=realbluez`; skipped on the
-simulator, where test_reconnect.py is its twin): RB-Periph, connected with autoReconnect, its
-heart rate (notifying at 1 Hz) followed on one SSE stream and one WebSocket, survives bluetoothd
-restarting and a link loss (the peripheral's adapter powered off and on). One gattway and the
-same two streams throughout; each stream sees disconnected, reconnecting, connected, then
-notifications again. Prints `[realbluez]` lines saying how long each recovery took.
+"""Issues 11 and 22 against real BlueZ (the realbluez VM, `GATTWAY_TARGET=realbluez`; skipped on
+the simulator, where test_reconnect.py and test_holds.py are its twins): RB-Periph, connected
+with autoReconnect, its heart rate (notifying at 1 Hz) followed on one SSE stream and one
+WebSocket (each a hold), and its Nordic UART TX held over REST (the peripheral echoes what is
+written to RX there), survives RB_ROUNDS (default 10) bluetoothd restarts in a row and as many
+link losses (the peripheral's adapter powered off and on). One gattway and the same streams
+throughout; after each fault each stream sees disconnected, reconnecting, connected, then
+notifications again, and a write to RX comes back on TX, with no client acting on the holds.
+Prints a `[realbluez]` line per fault saying how long each step took, and a summary per kind.
 
 The tests start unpaired (`forget_pairings`), and correct two things the lab cannot emulate (one
 bluetoothd plays both sides, and btvirt's controllers are not radios); each is explained where
@@ -27,6 +30,9 @@ pytestmark = pytest.mark.skipif(T["name"] != "realbluez", reason="needs the real
 LAB = os.environ.get("RB_LAB", os.path.join(os.path.dirname(ROOT), "shared", "realbluez"))
 DEVICE = T["heart_rate"]
 HR = "2a37"
+UART_RX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+UART_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+ROUNDS = int(os.environ.get("RB_ROUNDS", "10"))
 # Every wait is bounded: a recovery (attempts 1-5 s apart at first, a scan of up to 10 s, a
 # connect of up to 30 s) within RECOVERY s of the fault's end, a notification within NOTIFIED s
 # of the reconnection, or, when that reconnection's service discovery never ended (seen once
@@ -107,13 +113,39 @@ def streams(gw):
     status, body, _ = gw.post(f"/v1/devices/{DEVICE}/connect", {"timeout": T["connect_timeout"], "autoReconnect": True})
     assert status == 200, body
     assert body["reconnect"] == {"autoReconnect": True, "attempt": 0}, body
+    # The second hold: the UART's TX, over REST; `uart` (no characteristic: no hold of its own)
+    # sees its echoes and every `hold` event.
+    status, body, _ = gw.post(f"/v1/devices/{DEVICE}/characteristics/{UART_TX}/notifications")
+    assert status == 200, body
+    uart = SSE(gw, f"types=notification,hold&device={DEVICE}")
     sse = SSE(gw, f"types=connection,notification&device={DEVICE}&characteristic={HR}")
     with ws_connect(gw.base.replace("http://", "ws://") + "/v1/ws", open_timeout=10) as websocket:
         ws = WS(websocket)
         for stream in (sse, ws):
             assert stream.wait(notification, NOTIFIED), f"no notification before any fault; {device_status(gw)}"
-        yield {"SSE": sse, "WebSocket": ws}
+        assert echo(gw, uart, time.monotonic() + NOTIFIED), f"no UART echo before any fault; {device_status(gw)}"
+        yield {"SSE": sse, "WebSocket": ws, "uart": uart}
     sse.close()
+    uart.close()
+
+
+def echo(gw, uart, deadline):
+    """Writes to the UART's RX until the echo comes back on TX (the REST hold), each write waiting
+    at most 1 s for it; when it arrived (monotonic), or None by `deadline`."""
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        text = f"echo {n} {time.monotonic():.3f}".encode()
+        mark = len(uart.events)
+        status, _, _ = gw.request("PUT", f"/v1/devices/{DEVICE}/characteristics/{UART_RX}/value",
+                                  {"value": text.hex(), "format": "hex"})
+        if status != 200:
+            time.sleep(0.2)  # not connected yet (409): the next write is the next probe
+            continue
+        got = uart.wait(lambda e: e.get("type") == "notification" and e.get("value") == text.hex(), 1, mark)
+        if got:
+            return uart.at[uart.events.index(got)]
+    return None
 
 
 def device_status(gw):
@@ -183,6 +215,9 @@ class PowerCycle:
             os.remove(self.trigger)
 
 
+FIGURES = {}
+
+
 def recovery(gw, streams, what, fault, restore=None):
     """Injects `fault` (and, with `restore`, undoes it before gattway's first attempt is due),
     then checks each stream: disconnected (peripheralDisconnected), one or more reconnecting
@@ -190,6 +225,9 @@ def recovery(gw, streams, what, fault, restore=None):
     Prints how long each step took."""
     # Each fault starts from a steady device, whatever the one before left.
     assert wait_for(lambda: kept(gw), RECOVERY), f"not steady before the fault: {device_status(gw)}"
+    uart = streams["uart"]
+    streams = {name: s for name, s in streams.items() if name != "uart"}
+    uart_mark = len(uart.events)
     marks = {name: len(s.events) for name, s in streams.items()}
     started = time.monotonic()
     fault()
@@ -229,10 +267,17 @@ def recovery(gw, streams, what, fault, restore=None):
     # Both streams tell the same story.
     assert timings["SSE"][3] == timings["WebSocket"][3], timings
     lost, back, again, seq, first_in = timings["WebSocket"]
+    # The REST hold of the UART's TX delivers too: a write to RX comes back, within the same bound.
+    echoed = echo(gw, uart, max(time.monotonic() + NOTIFIED, ended + RECOVERY))
+    holds = [(e["characteristic"]["handle"], e["state"]) for e in uart.events[uart_mark:] if e.get("type") == "hold"]
+    assert echoed, f"no UART echo within {RECOVERY} s of the fault's end{late}: hold events {holds}; {device_status(gw)}"
     undone = f"powered on at {ended - started:.1f} s{late}" if restore else f"the lab's restart took {ended - started:.1f} s"
     print(f"\n[realbluez] {what}: disconnected at {lost:.1f} s (first attempt in {first_in:.1f} s), {undone}; "
-          f"connected at {back:.1f} s, notifying at {again:.1f} s after the fault; {seq.count('reconnecting')} attempt(s)"
-          + (f", {seq.count('connected') - 1} connection(s) before that one that never notified" if seq.count("connected") > 1 else ""))
+          f"connected at {back:.1f} s, heart rate at {again:.1f} s, UART echo at {echoed - started:.1f} s after the fault; "
+          f"{seq.count('reconnecting')} attempt(s)"
+          + (f", {seq.count('connected') - 1} connection(s) before that one that never notified" if seq.count("connected") > 1 else "")
+          + f"; hold events: {', '.join(f'{h} {s}' for h, s in holds) or 'none'}")
+    FIGURES.setdefault(what, []).append((back, again, echoed - started, sum(s == "failed" for _, s in holds)))
     # The device list catches up: the `connected` event (Connected=true) and BlueZ's own notify
     # session come before gattway's attempt has seen the services resolved (up to about 1.5 s).
     assert wait_for(lambda: kept(gw), NOTIFIED), device_status(gw)
@@ -244,12 +289,37 @@ def kept(gw):
     return d["state"] == "connected" and d["reconnect"] == {"autoReconnect": True, "attempt": 0}
 
 
+def summary(what):
+    """min / median / max of each figure over the rounds of one kind of fault."""
+    rows = FIGURES.get(what, [])
+    if not rows:
+        return
+    def spread(values):
+        values = sorted(values)
+        return f"{values[0]:.1f} / {values[len(values) // 2]:.1f} / {values[-1]:.1f} s"
+    connected, rate, uart, failed = zip(*rows)
+    print(f"\n[realbluez] {what}, {len(rows)} in a row (min / median / max after the fault): connected {spread(connected)}, "
+          f"heart rate {spread(rate)}, UART echo {spread(uart)}; holds reported failed on the way: {sum(failed)}")
+
+
 def test_bluetoothd_restarted_for_5_s(gw, streams):
     # restart-bluetoothd returns once bluetoothd and the peripheral are back (about 9 s for 5 s down).
-    recovery(gw, streams, "bluetoothd down 5 s", lambda: restart_bluetoothd(gw, 5))
+    what = "bluetoothd down 5 s"
+    try:
+        for n in range(ROUNDS):
+            recovery(gw, streams, f"{what} ({n + 1}/{ROUNDS})", lambda: restart_bluetoothd(gw, 5))
+    finally:
+        FIGURES[what] = [row for key, rows in FIGURES.items() if key.startswith(what + " (") for row in rows]
+        summary(what)
 
 
 def test_link_loss_the_peripheral_powered_off_and_on(gw, streams):
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        hci1 = PowerCycle(pool)
-        recovery(gw, streams, "link loss (hci1 powered off, then on)", hci1.off, restore=hci1.on)
+    what = "link loss (hci1 powered off, then on)"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            for n in range(ROUNDS):
+                hci1 = PowerCycle(pool)
+                recovery(gw, streams, f"{what} ({n + 1}/{ROUNDS})", hci1.off, restore=hci1.on)
+    finally:
+        FIGURES[what] = [row for key, rows in FIGURES.items() if key.startswith(what + " (") for row in rows]
+        summary(what)
