@@ -1,8 +1,9 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
-// Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading);
-// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
+// Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge) → GatewayCore → (BLE, Sensors);
+// HTTPAPI → (Access → HTTPServer, Dashboard); BlueZ → (DBus, BLE); executables → MQTT → (CMosquitto, Threading);
+// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports another door; the core imports no
+// door and no transport (Tests/architecture.py checks it). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
 import PackageDescription
 
 // The release binary is linked by lld with its relative relocations packed (DT_RELR, glibc
@@ -61,12 +62,20 @@ let package = Package(
             .embedInCode("Resources/index.html"), .embedInCode("Resources/app.js"), .embedInCode("Resources/style.css"),
             .embedInCode("Resources/names.json"), .embedInCode("Resources/icon.svg"),
         ]),
-        .target(name: "Gateway", dependencies: ["HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
+        // What every door shares: the event hub, notification holds, restoration, kept and
+        // `connect=auto` connections, the value cache, the blocklisted central, the sensor board.
+        .target(name: "GatewayCore", dependencies: ["BLE", "Sensors", "Threading"]),
+        // The doors. The HTTP API: routes, models, SSE and WebSocket streams, the dashboard's route.
+        .target(name: "HTTPAPI", dependencies: ["GatewayCore", "HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
+        // The MQTT bridge: topics, Home Assistant discovery, commands, the characteristic exposer,
+        // over a MessageBroker (the executable hands it the MQTT client).
+        .target(name: "MQTTBridge", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"]),
         // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
-        // knowing nothing of gattway; the executable hands it to Gateway's MQTTBridge.
+        // knowing nothing of gattway; the executable hands it to the MQTT bridge.
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
 
-        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
+        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "Access", "HTTPServer", "BlueZ",
+                                                          "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
@@ -81,7 +90,12 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading", "Dashboard"]),
+        // Fakes the gateway's tests share (a Central, a broker).
+        .target(name: "GatewayTesting", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"], path: "Tests/GatewayTesting"),
+        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "GatewayTesting", "BLE", "Sensors", "Threading"]),
+        .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "GatewayCore", "GatewayTesting", "HTTPServer", "BLE", "Sensors",
+                                                         "Threading", "Dashboard"]),
+        .testTarget(name: "MQTTBridgeTests", dependencies: ["MQTTBridge", "GatewayCore", "GatewayTesting", "BLE", "Sensors"]),
     ],
     swiftLanguageModes: [.v6]
 )
@@ -98,7 +112,7 @@ if Context.environment["GATTWAY_FUZZ"] == "1" {
         .target(name: "FuzzSupport", path: "Tests/fuzz/FuzzSupport"),
         fuzzTarget("websocket", ["HTTPServer"]),
         fuzzTarget("names", ["BLE", "DBus", "BlueZ", "HTTPServer"]),
-        fuzzTarget("bodies", ["Gateway", "HTTPServer", "BLE", "BlueZ", "DBus"]),
+        fuzzTarget("bodies", ["HTTPAPI", "GatewayCore", "HTTPServer", "BLE", "BlueZ", "DBus"]),
         fuzzTarget("sensors", ["Sensors", "BLE"]),
     ]
 }

@@ -1,6 +1,7 @@
-import Gateway
+import GatewayCore
 import Glibc
 import MQTT
+import MQTTBridge
 
 /// The MQTT client is the bridge's broker: the same calls, under the protocol's names.
 extension MQTTClient: MessageBroker {}
@@ -23,7 +24,7 @@ func exposedCharacteristics(_ options: Options) throws(UsageError) -> [ExposedCh
 /// exposer of `exposed` (nil when there are none), started; nil and a logged reason when the
 /// options cannot be used.
 func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacteristic])
-    -> (bridge: MQTTBridge, exposer: CharacteristicExposer?, client: MQTTClient)? {
+    -> (bridge: Bridge, exposer: CharacteristicExposer?, client: MQTTClient)? {
     guard let url = options.mqtt else { return nil }
     do {
         let topics = try options.bridgeTopics(hostName: hostName())
@@ -33,9 +34,8 @@ func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacte
         configuration.certificateFile = options.mqttCertificate
         configuration.keyFile = options.mqttKey
         let client = try MQTTClient(configuration)
-        let bridge = MQTTBridge(gateway: gateway, broker: client, topics: topics,
-                                forgetAfter: options.forgetAfter,
-                                expireAfter: options.mqttExpireAfter == 0 ? nil : options.mqttExpireAfter, log: log)
+        let bridge = Bridge(gateway: gateway, broker: client, topics: topics, forgetAfter: options.forgetAfter,
+                            expireAfter: options.mqttExpireAfter == 0 ? nil : options.mqttExpireAfter, log: log)
         bridge.start()
         let exposer = exposed.isEmpty ? nil : CharacteristicExposer(bridge: bridge, exposed: exposed)
         exposer?.start()

@@ -1,4 +1,6 @@
-import Gateway
+import GatewayCore
+import HTTPAPI
+import MQTTBridge
 import Glibc
 import MQTT
 

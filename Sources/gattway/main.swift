@@ -4,9 +4,11 @@ import BlueZ
 import DBus
 import Dispatch
 import FoundationEssentials
-import Gateway
+import GatewayCore
 import Glibc
+import HTTPAPI
 import HTTPServer
+import MQTTBridge
 import Sensors
 import Synchronization
 
@@ -164,7 +166,7 @@ func run(_ options: Options) async -> Int32 {
         let tokens = try loadTokens(options)
         access = AccessControl(.init(tokens: tokens, origins: try OriginPolicy(allowing: options.allowedOrigins),
                                      requestsPerSecond: options.rateLimit, requestBurst: 2 * options.rateLimit,
-                                     openPaths: Gateway.openPaths), log: log)
+                                     openPaths: API.openPaths), log: log)
         if tokens.isEmpty {
             log("access: no tokens: whoever can reach \(options.host) may use every route"
                 + (Options.isLoopback(options.host) ? " (loopback: this machine only)" : " (--no-auth)"))
@@ -259,20 +261,21 @@ func run(_ options: Options) async -> Int32 {
     log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
     let limits = Limits(streams: maxStreams, clientStreams: options.maxClientStreams,
                         webSocketMessageBytes: options.maxWebSocketMessage)
+    // The core, then its doors: the HTTP API, and the MQTT bridge below.
     let gateway = Gateway(central: central, version: gattwayVersion,
-                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)), limits: limits,
-                          access: access, autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
+                          keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)),
+                          autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
                           blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
                           sensorKeys: sensorKeys, log: log)
     hangUp.reload(sensorKeysOf: gateway)
-    let serve = gateway.handler()
+    let serve = API(gateway: gateway, limits: limits, access: access, log: log).handler()
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let server: Server
     do {
         server = try Server(host: options.host, port: options.port, tls: tls, maxBodyBytes: options.maxBodyBytes,
                             connectionLimit: maxConnections, connectionsPerClient: options.maxClientConnections,
-                            log: { log("http: \($0)") }, errorResponder: Gateway.errorResponder,
+                            log: { log("http: \($0)") }, errorResponder: API.errorResponder,
                             onRefusal: { error, client in
                                 access.refusals.refused(error.name, client: client, "answered \(error.status)")
                             }) { request in

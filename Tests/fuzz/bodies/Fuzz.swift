@@ -6,7 +6,8 @@ import HTTPServer
 import Synchronization
 @testable import BlueZ
 @testable import DBus
-@testable import Gateway
+@testable import GatewayCore
+@testable import HTTPAPI
 
 // The JSON a client sends, as the gateway reads it: `POST /v1/scan`, `PUT /v1/watch`,
 // `POST …/connect` and `PUT …/characteristics/{char}/value` through the real router, and WebSocket commands through
@@ -41,7 +42,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 
 let probe = Probe()
 let gateway = Gateway(central: probe, version: "fuzz")
-let router = gateway.router()
+let router = API(gateway: gateway).router()
 
 func post(_ path: String, _ body: [UInt8], method: String = "POST") {
     probe.calls.withLock { $0 = [] }
@@ -87,13 +88,13 @@ struct Reply: Decodable {
 }
 
 func webSocket(_ text: [UInt8]) {
-    let client = StreamClient(id: 1, transport: .serverSentEvents(StreamBody(capacityBytes: 1 << 16)))
-    let session = WebSocketSession(gateway: gateway, client: client)
+    let client = StreamClient(id: 1, transport: .stream(SSETransport(body: StreamBody(capacityBytes: 1 << 16))))
+    let session = CommandSession(gateway: gateway, client: client)
     let reply = blocking { await session.handle(text) }
     let decoded = try? JSONDecoder().decode(Reply.self, from: Data(reply))
     require(decoded.map { ["ack", "result", "error"].contains($0.op) && ($0.op == "error") == ($0.error != nil) } == true,
             "reply \(String(decoding: reply, as: UTF8.self))")
-    if let command = try? JSON.decode(WebSocketSession.Command.self, from: text) {
+    if let command = try? JSON.decode(CommandSession.Command.self, from: text) {
         require(decoded?.id == command.id, "reply to \(command.id ?? "no id") has id \(decoded?.id ?? "none")")
     }
     blocking { await session.end() }

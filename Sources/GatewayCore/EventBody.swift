@@ -1,0 +1,101 @@
+import BLE
+import FoundationEssentials
+import Sensors
+import Threading
+
+/// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
+/// Notifications take the hand-written path of `EventEncodings`, with the same fields.
+package struct EventBody: Encodable {
+    package struct Attribute: Encodable {
+        var handle: String
+        var uuid: String?
+    }
+
+    package var type: String
+    package var seq: UInt64?
+    package var time: Date?
+    package var device: String?
+    // state
+    package var state: String?
+    package var code: Int?
+    package var adapter: String?
+    package var reason: String?
+    // advertisement
+    package var peripheral: DeviceBody?
+    // connection
+    package var error: ErrorBody.Content?
+    /// While reconnecting: the attempt, and the seconds until it starts.
+    package var attempt: Int?
+    package var retryIn: Double?
+    // notification
+    package var service: Attribute?
+    package var characteristic: Attribute?
+    package var value: String?
+    package var format: String?
+    /// Counts this subscription's notifications of this characteristic: 1, 2, 3, ...
+    package var sequence: UInt64?
+    /// The WebSocket subscription the event belongs to.
+    package var subscription: String?
+    // sensor (and `device`)
+    package var sensor: SensorReading?
+    package var rssi: Int?
+    /// Whether a value changed since the device's previous packet (false only for `everyPacket`).
+    package var changed: Bool?
+    // dropped
+    package var count: Int?
+
+    package init(_ event: HubEvent, format: ValueFormat, subscription: String?, sequence: UInt64?) {
+        type = event.type.rawValue
+        seq = event.seq
+        time = event.time
+        device = event.device?.description
+        self.subscription = subscription
+        switch event.event {
+        case .central(let central):
+            fill(central, format: format, sequence: sequence)
+        case .sensor(let update):
+            sensor = update.reading
+            rssi = update.rssi
+            changed = update.changed
+        }
+    }
+
+    /// The fields of a central's event.
+    private mutating func fill(_ event: CentralEvent, format: ValueFormat, sequence: UInt64?) {
+        switch event {
+        case .state(let status):
+            state = status.state.name
+            code = status.state.rawValue
+            adapter = status.adapter
+            reason = status.reason
+        case .advertisement(let info), .advertisementChanged(let info):
+            peripheral = DeviceBody(info)
+        case .connection(_, let s, let e):
+            state = s.name
+            error = e.map { ErrorBody($0).error }
+        case .reconnecting(_, let n, let delay):
+            state = "reconnecting"
+            attempt = n
+            retryIn = delay.inSeconds
+        case .value(let v):
+            service = Attribute(handle: handleText(v.serviceHandle), uuid: v.serviceUUID.uuidString)
+            characteristic = Attribute(handle: handleText(v.characteristicHandle), uuid: v.characteristicUUID.uuidString)
+            value = format.encode(v.value)
+            self.format = format.rawValue
+            self.sequence = sequence
+        case .resubscribed(_, let handle, let uuids, let e):
+            state = e == nil ? "restored" : "failed"
+            characteristic = Attribute(handle: handleText(handle), uuid: uuids?.characteristic.uuidString)
+            error = e.map { ErrorBody($0).error }
+        }
+    }
+
+    /// Tells a client how many events it lost because it read too slowly.
+    package init(dropped: Int) {
+        type = "dropped"
+        count = dropped
+    }
+
+    /// One line of JSON (no pretty printing: SSE data must not span lines).
+    package static func line(_ body: EventBody) -> [UInt8] { JSON.encodeCompact(body) }
+}

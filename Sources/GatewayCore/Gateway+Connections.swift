@@ -1,0 +1,30 @@
+import BLE
+
+/// Connecting and disconnecting for clients of every door (REST, MQTT, …).
+extension Gateway {
+    package static let defaultConnectTimeout = 30.0
+    package static let maximumConnectTimeout = 300.0
+
+    /// A client's connect (REST, MQTT): `timeout` in seconds; kept connected as `autoReconnect`
+    /// (or `--auto-reconnect`) says.
+    package func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> DeviceBody {
+        let timeout = timeout ?? Self.defaultConnectTimeout
+        guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
+            throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
+        }
+        let keep = autoReconnect ?? self.autoReconnect
+        // Kept from now on, even if this attempt fails: the central tries again.
+        if keep { restoration.kept(id, true) }
+        return DeviceBody(try await autoConnections.clientConnects(id) { () async throws(BLEError) in
+            try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
+        })
+    }
+
+    /// A client's disconnect (REST, MQTT): no longer kept connected either.
+    package func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> DeviceBody {
+        restoration.kept(id, false)
+        return DeviceBody(try await autoConnections.clientDisconnects(id) { () async throws(BLEError) in
+            try await self.central.disconnect(id)
+        })
+    }
+}
