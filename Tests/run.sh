@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README and CI run it:
+#   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door;
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
@@ -27,6 +28,10 @@ started=$(date +%s)
 not_run=()
 
 step() { printf '\n== %s (%s, +%ss)\n' "$1" "$(date +%T)" "$(( $(date +%s) - started ))"; }
+
+step "architecture: doors → core → BLE (imports and Package.swift)"
+python3 Tests/architecture/check.py
+python3 Tests/architecture/check.py --self-test  # the check catches the deliberate violations of a fixture
 
 step "build"
 swift build --build-tests

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The architecture, checked: knowledge points one way, doors → core → BLE.
+
+Reads the targets' dependencies in Package.swift and the `import` lines of every Swift file
+under Sources/, and fails (exit 1, each violation on a line) when:
+  - the core (GatewayCore) depends on or imports a door, a transport (HTTPServer, MQTT, Access,
+    Dashboard and their C libraries) or a backend (BlueZ, DBus, Simulator);
+  - a door (HTTPAPI, MQTTBridge, ESPHomeProxy, SerialBridge) depends on or imports another door
+    or a backend (the doors reach Bluetooth through the core's Central);
+  - BLE, the model, depends on or imports any module of ours;
+  - a library below the core (Threading, DBus, BLE, BlueZ, Sensors, Simulator, HTTPServer,
+    Access, MQTT, ...) depends on or imports the core or a door.
+The executables (Sources/gattway, Sources/gattway-sim) wire everything and may import anything.
+
+Usage: Tests/architecture/check.py [ROOT]   (default: the repository). `--self-test` runs it on
+Tests/architecture/wrong-imports/, a tree with deliberate violations, and fails unless each is
+caught.
+"""
+import os
+import re
+import sys
+
+CORE = {"GatewayCore"}
+DOORS = {"HTTPAPI", "MQTTBridge", "ESPHomeProxy", "SerialBridge"}
+TRANSPORTS = {"HTTPServer", "MQTT", "Access", "Dashboard", "CMicroHTTPD", "CMosquitto"}
+BACKENDS = {"BlueZ", "DBus", "CDBus", "Simulator"}
+EXECUTABLES = {"gattway", "gattway-sim"}
+
+
+def targets(package_swift):
+    """{target name: set of dependency names} from the manifest's target declarations."""
+    text = open(package_swift).read()
+    found = {}
+    for m in re.finditer(r'\.(?:target|executableTarget|testTarget|systemLibrary)\(\s*name:\s*"([^"]+)"', text):
+        name, rest = m.group(1), text[m.end():]
+        deps = set()
+        d = re.match(r'\s*,\s*dependencies:\s*\[([^\]]*)\]', rest)
+        if d:
+            deps = set(re.findall(r'"([^"]+)"', d.group(1)))
+        found[name] = deps
+    return found
+
+
+def imports(directory):
+    """{module: [(file, line number, imported module)]} for the Swift files of each Sources/ folder."""
+    found = {}
+    sources = os.path.join(directory, "Sources")
+    for module in sorted(os.listdir(sources)):
+        for root, _, files in os.walk(os.path.join(sources, module)):
+            for f in sorted(files):
+                if not f.endswith(".swift"):
+                    continue
+                path = os.path.join(root, f)
+                for n, line in enumerate(open(path, errors="replace"), 1):
+                    m = re.match(r'^\s*(?:@testable\s+|@_exported\s+|@preconcurrency\s+)*import\s+(?:(?:struct|class|enum|protocol|func|var|let|typealias)\s+)?([A-Za-z_][A-Za-z0-9_]*)', line)
+                    if m:
+                        found.setdefault(module, []).append((os.path.relpath(path, directory), n, m.group(1)))
+    return found
+
+
+def forbidden(module, ours):
+    """What `module` may not know, and why."""
+    if module in EXECUTABLES:
+        return {}
+    if module in CORE:
+        return {**{d: "a door" for d in DOORS}, **{t: "a transport" for t in TRANSPORTS}, **{b: "a backend" for b in BACKENDS}}
+    if module in DOORS:
+        return {**{d: "another door" for d in DOORS - {module}}, **{b: "a backend (doors reach Bluetooth through the core)" for b in BACKENDS}}
+    if module == "BLE":
+        return {o: "BLE is the model: it knows no module of ours" for o in ours - {"BLE"}}
+    return {**{c: "the core (a library below it)" for c in CORE}, **{d: "a door (a library below the core)" for d in DOORS}}
+
+
+def check(directory):
+    manifest = targets(os.path.join(directory, "Package.swift"))
+    ours = {name for name in manifest if not name.endswith("Tests") and name not in EXECUTABLES}
+    sources = imports(directory)
+    problems = []
+    for module, deps in sorted(manifest.items()):
+        if module.endswith("Tests") or module not in os.listdir(os.path.join(directory, "Sources")):
+            continue
+        rules = forbidden(module, ours)
+        for dep in sorted(deps):
+            if dep in rules:
+                problems.append(f"Package.swift: {module} depends on {dep}, {rules[dep]}")
+    for module, lines in sorted(sources.items()):
+        rules = forbidden(module, ours)
+        for path, n, imported in lines:
+            if imported in rules:
+                problems.append(f"{path}:{n}: {module} imports {imported}, {rules[imported]}")
+    return problems
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.argv[1:] == ["--self-test"]:
+        fixture = os.path.join(here, "wrong-imports")
+        problems = check(fixture)
+        expected = [line.strip() for line in open(os.path.join(fixture, "expected.txt")) if line.strip()]
+        missing = [e for e in expected if not any(e in p for p in problems)]
+        for p in problems:
+            print("caught: " + p)
+        if missing or len(problems) != len(expected):
+            print(f"architecture check self-test FAILED: expected {len(expected)} violations, caught {len(problems)};"
+                  f" not caught: {missing}", file=sys.stderr)
+            return 1
+        print(f"architecture check self-test: all {len(expected)} deliberate violations caught")
+        return 0
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(here))
+    problems = check(root)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"architecture: {len(problems)} violation(s) of doors → core → BLE", file=sys.stderr)
+        return 1
+    modules = sorted(m for m in imports(root))
+    print(f"architecture: doors → core → BLE holds ({len(modules)} modules' imports and Package.swift checked)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

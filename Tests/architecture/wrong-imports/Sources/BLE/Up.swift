@@ -1,0 +1,3 @@
+import GatewayCore
+
+// The model reaching up.

@@ -1,0 +1,4 @@
+import BLE
+import HTTPServer
+
+// The core reaching for a transport.

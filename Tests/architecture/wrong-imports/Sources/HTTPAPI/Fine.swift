@@ -1,0 +1,4 @@
+import GatewayCore
+import HTTPServer
+
+// Allowed: a door on the core and its transport.

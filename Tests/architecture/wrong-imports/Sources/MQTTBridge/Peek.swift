@@ -1,0 +1,4 @@
+import GatewayCore
+@testable import HTTPAPI
+
+// One door reaching into another.
