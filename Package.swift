@@ -36,7 +36,7 @@ let package = Package(
     ],
     targets: [
         // C libraries from Debian. Each header also carries `gw_` inline shims for what Swift
-        // cannot call (variadics, macros), so no separate C target is needed.
+        // cannot call (variadics, macros, code between fork and exec), so no separate C target is needed.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).

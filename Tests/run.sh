@@ -16,6 +16,8 @@
 #   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab),
 #      Docker/compose.mqtt.yaml (a broker and two gateways) with docker-compose, then the README's
 #      first command in a fresh swift:6.3-bookworm container, as root.
+#   Last, no dbus-daemon, gattway or gattway-sim that the run started may still run: each
+#   inherits GATTWAY_TEST_RUN, and any found is listed and fails the run.
 # Steps 2 and 5 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
 # reported as not run. A real-BlueZ VM that does not boot in six tries (the lab's emulated
 # controller times out now and then) is reported NOT RUN, in the last line too; a test that
@@ -28,6 +30,19 @@ started=$(date +%s)
 not_run=()
 
 step() { printf '\n== %s (%s, +%ss)\n' "$1" "$(date +%T)" "$(( $(date +%s) - started ))"; }
+
+# Every process the run starts inherits this mark; at the end, none of them may still run.
+export GATTWAY_TEST_RUN="$$-$(date +%s%N)"
+# The dbus-daemon, gattway and gattway-sim processes with the mark that still run: pid, command.
+left_behind() {
+    local p comm
+    for p in /proc/[0-9]*; do
+        read -r comm 2>/dev/null < "$p/comm" || continue
+        case $comm in dbus-daemon|gattway|gattway-sim) ;; *) continue ;; esac
+        grep -qxzF "GATTWAY_TEST_RUN=$GATTWAY_TEST_RUN" "$p/environ" 2>/dev/null || continue
+        echo "  ${p#/proc/} $(tr '\0' ' ' 2>/dev/null < "$p/cmdline")"
+    done
+}
 
 step "architecture: doors → core → BLE (imports and Package.swift)"
 python3 Tests/architecture/check.py
@@ -188,6 +203,17 @@ for i in "${!names[@]}"; do
     cat ".build/ci-${names[$i]}.log"
     [ "$rc" -eq 0 ] || jobs_failed+=("${names[$i]} (exit $rc)")
 done
+
+step "no process of this run left running"
+# A process still stopping gets 5 s.
+for _ in $(seq 50); do [ -z "$(left_behind)" ] && break; sleep 0.1; done
+left=$(left_behind)
+if [ -n "$left" ]; then
+    printf 'FAILED: still running, started by this run (dbus-daemon, gattway, gattway-sim):\n%s\n' "$left" >&2
+    jobs_failed+=("processes left behind")
+else
+    echo "none"
+fi
 if [ ${#jobs_failed[@]} -gt 0 ]; then
     echo "FAILED: ${jobs_failed[*]}" >&2
     exit 1

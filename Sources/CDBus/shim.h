@@ -1,10 +1,19 @@
 // libdbus for Swift. The DBUS_TYPE_* and other constants are macros, which Swift cannot
-// import, so they are re-exported here as `gw_` constants.
+// import, so they are re-exported here as `gw_` constants. Also the start of a private
+// dbus-daemon, which needs code between fork and exec.
 #ifndef GATTWAY_CDBUS_SHIM_H
 #define GATTWAY_CDBUS_SHIM_H
 #include <dbus/dbus.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const int GW_DBUS_TYPE_INVALID = DBUS_TYPE_INVALID;
 static const int GW_DBUS_TYPE_BYTE = DBUS_TYPE_BYTE;
@@ -43,6 +52,70 @@ static inline DBusError gw_dbus_error_init(void) {
     DBusError e;
     dbus_error_init(&e);
     return e;
+}
+
+/// Starts argv[0] (looked up in PATH) as a child that the kernel kills (SIGKILL) when the calling
+/// *thread* ends (PR_SET_PDEATHSIG follows the thread that forked, not the process): called from
+/// a thread that lives until the child has exited, the child cannot outlive this process however
+/// it ends. The child's stdout is a pipe whose read end is stored in *output, its stderr
+/// /dev/null; it starts with no signal blocked or ignored and no descriptor above 2. fork and
+/// exec, as posix_spawn cannot set the parent-death signal and Swift cannot run code between
+/// them; the child makes only async-signal-safe calls. Returns the child's pid, or -errno of
+/// what failed (the exec's is reported through a close-on-exec pipe). pipe2 and close_range
+/// through syscall(): Swift's Glibc module leaves out _GNU_SOURCE, which their declarations need.
+static inline pid_t gw_spawn_tied(char *const argv[], int *output) {
+    int out[2], report[2];
+    if (syscall(SYS_pipe2, out, O_CLOEXEC) != 0) return -errno;
+    if (syscall(SYS_pipe2, report, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(out[0]);
+        close(out[1]);
+        return -e;
+    }
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        int e = 0;
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) e = errno;
+        // The parent ended before prctl: nothing would kill this child any more.
+        else if (getppid() != parent) _exit(127);
+        if (e == 0) {
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            for (int s = 1; s < 32; s++)
+                if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+            int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            if (null < 0 || dup2(out[1], 1) < 0 || dup2(null, 2) < 0) e = errno;
+        }
+        if (e == 0) {
+            // dup2 onto itself keeps close-on-exec (a parent started without stdout).
+            fcntl(1, F_SETFD, 0);
+            fcntl(2, F_SETFD, 0);
+            // Nothing else of the parent's (sockets of its servers) stays open in the daemon.
+            syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+            execvp(argv[0], argv);
+            e = errno;
+        }
+        while (write(report[1], &e, sizeof e) < 0 && errno == EINTR) {}
+        _exit(127);
+    }
+    int e = child < 0 ? errno : 0;
+    close(out[1]);
+    close(report[1]);
+    if (child > 0) {
+        ssize_t n;
+        while ((n = read(report[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+        if (n == sizeof e) waitpid(child, NULL, 0);
+        else e = 0;
+    }
+    close(report[0]);
+    if (e != 0) {
+        close(out[0]);
+        return -e;
+    }
+    *output = out[0];
+    return child;
 }
 
 #endif

@@ -15,7 +15,9 @@ let usage = """
 
     Options:
       --bus ADDRESS   serve on this bus (e.g. unix:path=/run/dbus/system_bus_socket). Without
-                      it, a private dbus-daemon is started (and stopped on exit).
+                      it, a private dbus-daemon is started, stopped on exit and killed by the
+                      kernel if gattway-sim is (SIGKILL, a crash); the next start removes the
+                      /tmp/gattway-bus-* directory such a stop leaves.
       --config FILE   peripherals from a JSON file instead of the built-in set.
       --help          this text.
 
