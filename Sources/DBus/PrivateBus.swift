@@ -85,16 +85,22 @@ public final class PrivateBus: Sendable {
     /// nor another user's.
     @discardableResult
     package static func removeLeftovers(in parent: String = "/tmp") -> [String] {
-        guard let listing = opendir(parent) else { return [] }
+        names(in: parent).filter { $0.hasPrefix(prefix) }.map { parent + "/" + $0 }.filter(removeIfUnused)
+    }
+
+    /// The names in a directory (`.` and `..` too).
+    package static func names(in directory: String) -> [String] {
+        guard let listing = opendir(directory) else { return [] }
+        defer { closedir(listing) }
         var names: [String] = []
         while let entry = readdir(listing) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
-            }
-            if name.hasPrefix(prefix) { names.append(name) }
+            // The name read in place: a record is only as long as its name (d_reclen), so copying
+            // the whole struct (`entry.pointee`) reads past it, and past the mapping at a page's
+            // end (a crash seen in the tests).
+            names.append(String(cString: UnsafeRawPointer(entry).advanced(by: MemoryLayout<dirent>.offset(of: \.d_name)!)
+                .assumingMemoryBound(to: CChar.self)))
         }
-        closedir(listing)
-        return names.map { parent + "/" + $0 }.filter(removeIfUnused)
+        return names
     }
 
     private static func removeIfUnused(_ path: String) -> Bool {

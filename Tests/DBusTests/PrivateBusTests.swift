@@ -114,15 +114,5 @@ import Testing
         }
     }
 
-    fileprivate static func entries(_ path: String) -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            names.append(withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            })
-        }
-        return names
-    }
+    fileprivate static func entries(_ path: String) -> [String] { PrivateBus.names(in: path) }
 }
