@@ -88,9 +88,10 @@ public final class PrivateBus: Sendable {
         guard let listing = opendir(parent) else { return [] }
         var names: [String] = []
         while let entry = readdir(listing) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
-            }
+            // Read in place: a record is only as long as its name, so copying the whole 256-byte
+            // d_name out can run past the end of readdir's buffer (a crash at a page's end).
+            let name = String(cString: UnsafeRawPointer(entry).advanced(by: MemoryLayout<dirent>.offset(of: \.d_name)!)
+                .assumingMemoryBound(to: CChar.self))
             if name.hasPrefix(prefix) { names.append(name) }
         }
         closedir(listing)
