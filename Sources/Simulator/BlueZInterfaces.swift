@@ -42,6 +42,7 @@ enum Interface {
                   Method(name: "DropLink", input: "s", output: ""), Method(name: "CallCount", input: "ss", output: "u"),
                   Method(name: "ResetCounters", input: "", output: ""), Method(name: "SetValue", input: "ssayb", output: ""),
                   Method(name: "SetServiceData", input: "ssay", output: ""),
+                  Method(name: "SetServices", input: "ssb", output: ""),
                   Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
                   Method(name: "EndDiscovery", input: "", output: "")],
     ]

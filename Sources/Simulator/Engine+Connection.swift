@@ -123,14 +123,14 @@ extension Engine {
             devices[d].connectCall = nil
             reply(call)
         }
-        let table = devices[d].table
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
         let early = devices[d].faults.servicesResolvedEarly && !devices[d].gattExported
+        discoverAtConnection(d)
         if early { resolveServices(d) }
         var resolved = early
+        let services = devices[d].gatt.present
         if !devices[d].gattExported {
             devices[d].gattExported = true
-            let services = table.services.indices
             if let late = devices[d].faults.lateServices, late.first < services.count {
                 // In two pieces, ServicesResolved between them or after both (the race seen on
                 // real bluetoothd after a restart).
@@ -148,13 +148,15 @@ extension Engine {
             }
         } else {
             // A piece that a lost link kept from being exported comes now.
-            exportGATT(d, table.services.indices)
-            for c in table.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
+            exportGATT(d, services)
+            for c in devices[d].gatt.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
         }
-        for c in table.characteristics.indices where !devices[d].characteristics[c].sessions.isEmpty {
-            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .active }
-            if !devices[d].characteristics[c].notifying {
-                devices[d].characteristics[c].notifying = true
+        for c in devices[d].gatt.characteristics.indices where !devices[d].gatt.characteristics[c].state.sessions.isEmpty {
+            for sender in devices[d].gatt.characteristics[c].state.sessions.keys {
+                devices[d].gatt.characteristics[c].state.sessions[sender] = .active
+            }
+            if !devices[d].gatt.characteristics[c].state.notifying {
+                devices[d].gatt.characteristics[c].state.notifying = true
                 propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
             }
         }
@@ -165,35 +167,10 @@ extension Engine {
         if devices[d].pairing != nil { startPairing(d) }
     }
 
-    /// Exports these services with their characteristics and descriptors, those not exported yet.
-    func exportGATT(_ d: Int, _ services: some Sequence<Int>) {
-        let table = devices[d].table
-        for s in services {
-            guard let path = path(of: .service(d, s)), objects[path] == nil else { continue }
-            export(.service(d, s))
-            for c in table.services[s].characteristics {
-                export(.characteristic(d, c))
-                for x in table.characteristics[c].descriptors { export(.descriptor(d, x)) }
-            }
-        }
-    }
-
-    /// Withdraws every GATT object of the device (children first, as bluetoothd unregisters them).
-    func withdrawGATT(_ d: Int) {
-        for (s, service) in devices[d].table.services.enumerated() {
-            for c in service.characteristics {
-                for x in devices[d].table.characteristics[c].descriptors { unexport(.descriptor(d, x)) }
-                unexport(.characteristic(d, c))
-            }
-            unexport(.service(d, s))
-        }
-        devices[d].gattExported = false
-    }
-
     /// The second piece of `lateServices`, if the link it belongs to is still up.
     private func exportRest(_ d: Int, epoch: Int, resolve: Bool) {
         guard devices[d].linkEpoch == epoch, devices[d].hasGATT, devices[d].gattExported else { return }
-        exportGATT(d, devices[d].table.services.indices)
+        exportGATT(d, devices[d].gatt.present)
         log("\(devices[d].address): the other services exported")
         if resolve { resolveServices(d) }
     }
@@ -202,15 +179,7 @@ extension Engine {
     private func resolveServices(_ d: Int) {
         if !devices[d].servicesResolvedOnce {
             devices[d].servicesResolvedOnce = true
-            var primaries: [BluetoothUUID] = []
-            for service in devices[d].table.services where service.primary && !primaries.contains(service.uuid) {
-                primaries.append(service.uuid)
-            }
-            let uuids = primaries.sorted { $0.uuidString < $1.uuidString }
-            if uuids != devices[d].uuids {
-                devices[d].uuids = uuids
-                propertiesChanged(.device(d), Interface.device, ["UUIDs"])
-            }
+            updateUUIDs(d)
         }
         devices[d].servicesResolved = true
         propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
@@ -245,10 +214,13 @@ extension Engine {
         guard devices[d].hasGATT, epoch == nil || epoch == devices[d].linkEpoch else { return }
         log("\(devices[d].address): disconnected")
         devices[d].link = .idle
-        failPendingRequests(d)
-        for c in devices[d].characteristics.indices {
-            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .inactive }
+        for c in devices[d].gatt.characteristics.indices {
+            failPendingRequests(d, characteristic: c)
+            for sender in devices[d].gatt.characteristics[c].state.sessions.keys {
+                devices[d].gatt.characteristics[c].state.sessions[sender] = .inactive
+            }
         }
+        for x in devices[d].gatt.descriptors.indices { failPendingRequests(d, descriptor: x) }
         if let pairing = devices[d].pairing {
             devices[d].pairing = nil
             fail(pairing.call, BlueZError.authenticationCanceled)
@@ -264,36 +236,33 @@ extension Engine {
         if devices[d].faults.forgetGATT {
             // No cache: the objects, and the notification sessions on them, go with the link.
             withdrawGATT(d)
-            for c in devices[d].characteristics.indices {
-                devices[d].characteristics[c].sessions = [:]
-                devices[d].characteristics[c].notifying = false
-            }
         }
         if devices[d].removeAfterDisconnect { removeDevice(d) }
     }
 
-    /// What was waiting for the peer gets bluetoothd's answer for a request that never got a response.
-    private func failPendingRequests(_ d: Int) {
+    /// What was waiting for the peer gets bluetoothd's answer for a request that never got a
+    /// response (the link went down, or the attribute left the cache).
+    func failPendingRequests(_ d: Int, characteristic c: Int) {
         let failed = BlueZError.att(.success)
-        for c in devices[d].characteristics.indices {
-            if let read = devices[d].characteristics[c].read { read.calls.forEach { fail($0, failed) } }
-            if let write = devices[d].characteristics[c].write { fail(write.call, failed) }
-            if let subscribing = devices[d].characteristics[c].subscribing {
-                for waiter in subscribing.waiters {
-                    devices[d].characteristics[c].sessions[waiter.sender] = nil
-                    fail(waiter.call, failed)
-                }
-            }
-            devices[d].characteristics[c].read = nil
-            devices[d].characteristics[c].write = nil
-            devices[d].characteristics[c].subscribing = nil
+        let state = devices[d].gatt.characteristics[c].state
+        state.read?.calls.forEach { fail($0, failed) }
+        if let write = state.write { fail(write.call, failed) }
+        for waiter in state.subscribing?.waiters ?? [] {
+            devices[d].gatt.characteristics[c].state.sessions[waiter.sender] = nil
+            fail(waiter.call, failed)
         }
-        for x in devices[d].descriptors.indices {
-            if let read = devices[d].descriptors[x].read { read.calls.forEach { fail($0, failed) } }
-            if let write = devices[d].descriptors[x].write { fail(write.call, failed) }
-            devices[d].descriptors[x].read = nil
-            devices[d].descriptors[x].write = nil
-        }
+        devices[d].gatt.characteristics[c].state.read = nil
+        devices[d].gatt.characteristics[c].state.write = nil
+        devices[d].gatt.characteristics[c].state.subscribing = nil
+    }
+
+    func failPendingRequests(_ d: Int, descriptor x: Int) {
+        let failed = BlueZError.att(.success)
+        let state = devices[d].gatt.descriptors[x].state
+        state.read?.calls.forEach { fail($0, failed) }
+        if let write = state.write { fail(write.call, failed) }
+        devices[d].gatt.descriptors[x].state.read = nil
+        devices[d].gatt.descriptors[x].state.write = nil
     }
 
     // MARK: - Pairing

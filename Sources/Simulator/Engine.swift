@@ -89,6 +89,11 @@ actor Engine {
     /// `invalidated` when the property does not exist now (as gdbus does).
     func propertiesChanged(_ ref: ObjectRef, _ interface: String, _ names: [String]) {
         guard let path = path(of: ref), let current = properties(ref, interface) else { return }
+        // An attribute that is not (or no longer) exported has nothing to signal.
+        switch ref {
+        case .service, .characteristic, .descriptor: guard objects[path] == ref else { return }
+        default: break
+        }
         var changed: [(String, Value)] = []
         var invalidated: [String] = []
         for name in names {
@@ -169,7 +174,7 @@ actor Engine {
         agents.remove(name)
         if discoveryClients[name] != nil { removeDiscoveryClient(name) }
         for d in devices.indices {
-            for c in devices[d].characteristics.indices where devices[d].characteristics[c].sessions[name] != nil {
+            for c in devices[d].gatt.characteristics.indices where devices[d].gatt.characteristics[c].state.sessions[name] != nil {
                 endSession(device: d, characteristic: c, sender: name)
             }
             if let pairing = devices[d].pairing, pairing.sender == name {
@@ -203,9 +208,9 @@ actor Engine {
         case .adapter: return Engine.adapterPath
         case .control: return Engine.controlPath
         case .device(let d): return devices[d].path
-        case .service(let d, let s): return devices[d].table.services[s].path
-        case .characteristic(let d, let c): return devices[d].table.characteristics[c].path
-        case .descriptor(let d, let x): return devices[d].table.descriptors[x].path
+        case .service(let d, let s): return devices[d].gatt.services[s].path
+        case .characteristic(let d, let c): return devices[d].gatt.characteristics[c].path
+        case .descriptor(let d, let x): return devices[d].gatt.descriptors[x].path
         }
     }
 
@@ -322,7 +327,7 @@ actor Engine {
     }
 
     private func serviceProperties(_ d: Int, _ s: Int) -> [(String, Value)] {
-        let service = devices[d].table.services[s]
+        let service = devices[d].gatt.services[s]
         return [
             ("UUID", .string(service.uuid.uuidString)),
             ("Device", .objectPath(devices[d].path)),
@@ -332,11 +337,11 @@ actor Engine {
     }
 
     private func characteristicProperties(_ d: Int, _ c: Int) -> [(String, Value)] {
-        let info = devices[d].table.characteristics[c]
-        let state = devices[d].characteristics[c]
+        let info = devices[d].gatt.characteristics[c]
+        let state = info.state
         var p: [(String, Value)] = [
             ("UUID", .string(info.uuid.uuidString)),
-            ("Service", .objectPath(devices[d].table.services[info.service].path)),
+            ("Service", .objectPath(devices[d].gatt.services[info.service].path)),
         ]
         if let cached = state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
         if info.canNotify { p.append(("Notifying", .bool(state.notifying))) }
@@ -348,12 +353,12 @@ actor Engine {
     }
 
     private func descriptorProperties(_ d: Int, _ x: Int) -> [(String, Value)] {
-        let info = devices[d].table.descriptors[x]
+        let info = devices[d].gatt.descriptors[x]
         var p: [(String, Value)] = [
             ("UUID", .string(info.uuid.uuidString)),
-            ("Characteristic", .objectPath(devices[d].table.characteristics[info.characteristic].path)),
+            ("Characteristic", .objectPath(devices[d].gatt.characteristics[info.characteristic].path)),
         ]
-        if let cached = devices[d].descriptors[x].cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
+        if let cached = info.state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
         return p
     }
 

@@ -65,14 +65,7 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
 
     /// Decodes and checks a JSON document.
     public static func decode(_ data: Data) throws(ConfigurationError) -> SimulatorConfiguration {
-        let configuration: SimulatorConfiguration
-        do {
-            configuration = try JSONDecoder().decode(SimulatorConfiguration.self, from: data)
-        } catch let error as DecodingError {
-            throw ConfigurationError.describe(error)
-        } catch {
-            throw ConfigurationError("not valid JSON: \(error)")
-        }
+        let configuration: SimulatorConfiguration = try decodeJSON(data)
         try configuration.validate()
         return configuration
     }
@@ -96,20 +89,33 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
             default:
                 break
             }
-            var next = AttributeTable.firstHandle
-            for (j, service) in device.services.enumerated() {
-                if let handle = service.handle {
-                    guard j == 0 || handle >= next else {
-                        throw ConfigurationError("devices[\(i)].services[\(j)].handle: \(handle) overlaps the previous service (next free handle is \(next))")
-                    }
-                    next = handle
+            try Self.validate(device.services, at: "devices[\(i)].services")
+        }
+    }
+
+    /// Service handles in order, none overlapping the previous service, all within 16 bits;
+    /// `place` names the list in messages ("devices[0].services").
+    static func validate(_ services: [Service], at place: String) throws(ConfigurationError) {
+        var next = AttributeTable.firstHandle
+        for (j, service) in services.enumerated() {
+            if let handle = service.handle {
+                guard j == 0 || handle >= next else {
+                    throw ConfigurationError("\(place)[\(j)].handle: \(handle) overlaps the previous service (next free handle is \(next))")
                 }
-                next += 1 + service.characteristics.reduce(0) { $0 + AttributeTable.handleCount(of: $1) }
-                guard next - 1 <= 0xFFFF else {
-                    throw ConfigurationError("devices[\(i)].services[\(j)]: attribute handles run past 0xFFFF")
-                }
+                next = handle
+            }
+            next += 1 + service.characteristics.reduce(0) { $0 + AttributeTable.handleCount(of: $1) }
+            guard next - 1 <= 0xFFFF else {
+                throw ConfigurationError("\(place)[\(j)]: attribute handles run past 0xFFFF")
             }
         }
+    }
+
+    /// Parses and checks the services JSON given to `SetServices` (a device's "services").
+    public static func parseServices(_ json: String) throws(ConfigurationError) -> [Service] {
+        let services: [Service] = try decodeJSON(Data(json.utf8))
+        try validate(services, at: "services")
+        return services
     }
 }
 

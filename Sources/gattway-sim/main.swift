@@ -97,6 +97,11 @@ let usage = """
       ResetCounters()
       SetValue(s address, s uuid, ay value, b notify)   set a characteristic on the peripheral
       SetServiceData(s address, s uuid, ay data)        advertise this service data from now on
+      SetServices(s address, s servicesJSON, b serviceChanged)   a firmware update: new services;
+                                         bluetoothd's objects (its cache) follow at once with
+                                         Service Changed while connected, at the next connection
+                                         for a bonded device or another Database Hash, else only
+                                         after RemoveDevice (stale: gone handles answer ATT 0x01)
       Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
                                          gone, unpaired devices forgotten) and is back downMs later
       SetPowered(b on)                   power the adapter off or on (links and discovery end)
