@@ -3,7 +3,7 @@ import Glibc
 import DBus
 
 /// Everything about one simulated peripheral: bluetoothd's view of it (the Device1 object, its
-/// GATT cache and objects) and the peripheral's own state (its GATT server, its advertising).
+/// GATT cache and objects) and the peripheral's own state (its GATT server, how it pairs).
 struct DeviceState: Sendable {
     let config: SimulatorConfiguration.Device
     let path: ObjectPath
@@ -23,6 +23,9 @@ struct DeviceState: Sendable {
     var alias: String?
     var paired = false
     var bonded = false
+    /// The pairing was authenticated (MITM: passkey entry or numeric comparison), which
+    /// "encrypt-authenticated-*" and "secure-*" attributes need.
+    var authenticated = false
     var trusted = false
     var blocked = false
     var rssi: Int?
@@ -58,6 +61,8 @@ struct DeviceState: Sendable {
     /// Service data set at run time (`SetServiceData`), advertised over the configuration's.
     var advertisedServiceData: [BluetoothUUID: [UInt8]] = [:]
     var peripheral: Peripheral
+    /// How the peripheral pairs (`SetPairing` replaces it).
+    var pairingConfig: SimulatorConfiguration.Pairing
     /// The peripheral's table changed while a bonded bluetoothd was away: it indicates Service
     /// Changed at the next connection, as a server does for a bonded client.
     var serviceChangedPending = false
@@ -70,17 +75,31 @@ struct DeviceState: Sendable {
         case disconnecting
     }
 
-    /// A Pair call being served: it waits for the link (when it had to connect first) and then for pairing.
+    /// A Pair call being served: it waits for the link (when it had to connect first) and then
+    /// for the Security Manager and the agent.
     struct Pairing: Sendable {
         let id: Int
         let call: Message
         let sender: String
+        /// The agent bluetoothd took at Pair: the caller's, else the default one (nil: none,
+        /// so the central is NoInputNoOutput).
+        let agent: Agent?
+        /// The agent request waiting for its answer (it gets Cancel() if pairing ends first).
+        var asking: AgentRequest?
+        /// The passkey the peripheral displays for the central's user to enter.
+        var displayedPasskey: UInt32?
+    }
+
+    enum AgentRequest: Sendable {
+        case passkey(expected: UInt32)
+        case confirmation
     }
 
     init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath) {
         self.config = config
         path = adapterPath.child("dev_" + config.address.joined(by: "_"))!
         peripheral = Peripheral(AttributeTable(config, path: path))
+        pairingConfig = config.pairing
         faults = config.faults
         connectFailuresLeft = config.faults.connectError?.count
         // The packet counter starts at the Unix time, so that it still grows after the simulator
@@ -112,6 +131,7 @@ struct DeviceState: Sendable {
         alias = nil
         paired = false
         bonded = false
+        authenticated = false
         trusted = false
         blocked = false
         rssi = nil

@@ -9,11 +9,7 @@ extension Engine {
         case "Connect": connect(d, call: call)
         case "Disconnect": disconnect(d, call: call)
         case "Pair": pair(d, call: call, sender: sender)
-        case "CancelPairing":
-            guard let pairing = devices[d].pairing else { return fail(call, BlueZError.doesNotExist) }
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-            reply(call)
+        case "CancelPairing": cancelPairing(d, call: call)
         default:
             // ConnectProfile/DisconnectProfile: a LE-only device has no BR/EDR profiles.
             fail(call, BusError(name: "org.bluez.Error.NotAvailable", message: "Operation currently not available"))
@@ -35,7 +31,7 @@ extension Engine {
     }
 
     /// Starts a connection attempt; it ends in `linkUp` or `failConnect`.
-    private func beginConnect(_ d: Int) {
+    func beginConnect(_ d: Int) {
         let attempt = makeID()
         devices[d].link = .connecting(attempt: attempt)
         devices[d].temporary = false
@@ -80,10 +76,7 @@ extension Engine {
             devices[d].connectCall = nil
             fail(call, error)
         }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.failed("Software caused connection abort"))
-        }
+        if devices[d].pairing != nil { endPairing(d, BlueZError.failed("Software caused connection abort")) }
     }
 
     /// Disconnect while connecting cancels the attempt.
@@ -93,10 +86,7 @@ extension Engine {
             devices[d].connectCall = nil
             fail(call, BlueZError.failed("br-connection-canceled"))
         }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-        }
+        if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
     }
 
     /// The link is up: Connected=true, the Connect reply, the GATT objects (first time) or
@@ -199,8 +189,8 @@ extension Engine {
 
     /// bluetoothd waits before it drops the link (DISCONNECT_TIMER) and answers every
     /// Disconnect (and RemoveDevice) once it is down.
-    func requestDisconnect(_ d: Int, call: Message) {
-        devices[d].disconnectCalls.append(call)
+    func requestDisconnect(_ d: Int, call: Message?) {
+        if let call { devices[d].disconnectCalls.append(call) }
         guard devices[d].link == .connected else { return }
         devices[d].link = .disconnecting
         let epoch = devices[d].linkEpoch
@@ -221,10 +211,6 @@ extension Engine {
             }
         }
         for x in devices[d].gatt.descriptors.indices { failPendingRequests(d, descriptor: x) }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-        }
         if devices[d].servicesResolved {
             devices[d].servicesResolved = false
             propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
@@ -233,6 +219,8 @@ extension Engine {
         devices[d].disconnectCalls = []
         devices[d].connected = false
         propertiesChanged(.device(d), Interface.device, ["Connected"])
+        // bluetoothd hears of the disconnection, then finishes the bonding it was doing.
+        if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
         if devices[d].faults.forgetGATT {
             // No cache: the objects, and the notification sessions on them, go with the link.
             withdrawGATT(d)
@@ -263,49 +251,6 @@ extension Engine {
         if let write = state.write { fail(write.call, failed) }
         devices[d].gatt.descriptors[x].state.read = nil
         devices[d].gatt.descriptors[x].state.write = nil
-    }
-
-    // MARK: - Pairing
-
-    private func pair(_ d: Int, call: Message, sender: String) {
-        if devices[d].pairing != nil { return fail(call, BlueZError.inProgress) }
-        devices[d].temporary = false
-        devices[d].temporaryTimer = nil
-        if devices[d].bonded { return fail(call, BlueZError.alreadyExists) }
-        devices[d].pairing = DeviceState.Pairing(id: makeID(), call: call, sender: sender)
-        switch devices[d].link {
-        case .connected, .disconnecting: startPairing(d)
-        case .connecting: break  // linkUp continues
-        case .idle:
-            guard powered else {
-                devices[d].pairing = nil
-                return fail(call, BlueZError.failed("Input/output error"))
-            }
-            beginConnect(d)
-        }
-    }
-
-    /// Just Works (the simulated agent is NoInputNoOutput) takes a moment, then Paired and
-    /// Bonded change before the Pair reply.
-    private func startPairing(_ d: Int) {
-        guard let id = devices[d].pairing?.id else { return }
-        tasks.after(milliseconds: 20) { await self.finishPairing(d, id: id) }
-    }
-
-    private func finishPairing(_ d: Int, id: Int) {
-        guard let pairing = devices[d].pairing, pairing.id == id, devices[d].hasGATT else { return }
-        devices[d].pairing = nil
-        bond(d)
-        reply(pairing.call)
-    }
-
-    /// Paired and Bonded become true (Just Works, explicit or triggered by an encrypted attribute).
-    func bond(_ d: Int) {
-        guard !devices[d].paired || !devices[d].bonded else { return }
-        devices[d].paired = true
-        devices[d].bonded = true
-        log("\(devices[d].address): paired (Just Works)")
-        propertiesChanged(.device(d), Interface.device, ["Paired", "Bonded"])
     }
 
     func setBlocked(_ d: Int, _ blocked: Bool) {

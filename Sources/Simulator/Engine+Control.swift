@@ -73,6 +73,21 @@ extension Engine {
             } catch {
                 fail(call, Engine.controlError("InvalidArguments", "services: \(error.message)"))
             }
+        case "SetPairing":
+            guard let d = device(call, args[0]) else { return }
+            do {
+                devices[d].pairingConfig = try SimulatorConfiguration.Pairing.parse(args[1] ?? "")
+                log("\(devices[d].address): pairing set to \(args[1] ?? "")")
+                reply(call)
+            } catch {
+                fail(call, Engine.controlError("InvalidArguments", "pairing: \(error.message)"))
+            }
+        case "DisplayedPasskey":
+            guard let d = device(call, args[0]) else { return }
+            guard let passkey = devices[d].pairing?.displayedPasskey else {
+                return fail(call, Engine.controlError("NotPairing", "\(devices[d].address) displays no passkey"))
+            }
+            reply(call, [.uint32(passkey)])
         case "SetServiceData":
             guard let d = device(call, args[0]) else { return }
             guard let uuid = BluetoothUUID(args[1] ?? "") else {
@@ -103,10 +118,10 @@ extension Engine {
         }
     }
 
-    /// bluetoothd stops: its links, discovery sessions, notify sessions and agents go with it,
-    /// pending calls are answered as the bus answers for a peer that left, and (the caller)
-    /// gives up org.bluez without signalling anything. Paired devices and their GATT caches
-    /// are kept, as its storage keeps them.
+    /// bluetoothd stops: its links, discovery sessions, notify sessions and agents (told with
+    /// Release()) go with it, pending calls are answered as the bus answers for a peer that
+    /// left, and (the caller) gives up org.bluez without signalling anything. Paired devices
+    /// and their GATT caches are kept, as its storage keeps them.
     private func exitBluetoothd() {
         down = true
         let gone = BusError(name: "org.freedesktop.DBus.Error.NoReply", message: "Message recipient disconnected from message bus without replying")
@@ -128,7 +143,7 @@ extension Engine {
         discoveryClients = [:]
         discovering = false
         discoveryFound = []
-        agents = []
+        releaseAgents()
         objects = objects.filter { entry in
             switch entry.value {
             case .root, .node, .control: return true

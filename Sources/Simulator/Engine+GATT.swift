@@ -332,13 +332,15 @@ extension Engine {
     // MARK: - Helpers
 
     /// Security the peer demands: encryption is reached by Just Works pairing, which bluetoothd
-    /// starts by itself; authentication (MITM) cannot be reached with a NoInputNoOutput agent,
-    /// so the request fails with ATT 0x0e and the link drops, as measured on real bluetoothd.
+    /// starts by itself; authentication (MITM) needs a pairing that was authenticated (Pair with
+    /// an agent that could do it). Without one the request fails with ATT 0x0e and the link
+    /// drops, as measured on real bluetoothd (the MITM pairing it then tries cannot succeed).
     private func checkSecurity(_ d: Int, _ permission: Permission) -> PeerFailure? {
         switch permission.security {
         case .none: break
         case .encrypted: bond(d)
-        case .authenticated: return PeerFailure(code: .unlikelyError, dropsLink: true)
+        case .authenticated:
+            guard devices[d].paired && devices[d].authenticated else { return PeerFailure(code: .unlikelyError, dropsLink: true) }
         }
         return permission.authorize ? PeerFailure(code: .insufficientAuthorization) : nil
     }

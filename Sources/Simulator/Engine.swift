@@ -29,7 +29,11 @@ actor Engine {
     var discoveryClients: [String: DiscoveryClient] = [:]
     /// Devices reported during the current discovery (their RSSI is invalidated when it stops).
     var discoveryFound: Set<Int> = []
-    var agents: Set<String> = []
+    /// Registered agents by owner (one per D-Bus client, as bluetoothd allows).
+    var agents: [String: Agent] = [:]
+    /// bluetoothd's queue of agents by owner: the first is the default agent (the first one
+    /// registered, or the last that asked to be), the next one takes over when it goes.
+    var defaultAgents: [String] = []
 
     // MARK: devices and objects
     var devices: [DeviceState]
@@ -152,7 +156,7 @@ actor Engine {
         case (Interface.introspectable, _): reply(call, [.string(introspect(path, ref))])
         case (Interface.properties, _): propertiesCall(call, ref)
         case (Interface.objectManager, _): reply(call, [managedObjects()])
-        case (Interface.agentManager, _): agentCall(call, member: member, sender: sender)
+        case (Interface.agentManager, _): agentManagerCall(call, member: member, sender: sender)
         case (Interface.profileManager, _): reply(call)
         case (Interface.adapter, _): adapterCall(call, member: member, sender: sender)
         case (Interface.device, .device(let d)): deviceCall(call, member: member, device: d, sender: sender)
@@ -171,30 +175,13 @@ actor Engine {
     }
 
     func clientVanished(_ name: String) {
-        agents.remove(name)
+        if agents[name] != nil { dropAgent(name) }
         if discoveryClients[name] != nil { removeDiscoveryClient(name) }
         for d in devices.indices {
             for c in devices[d].gatt.characteristics.indices where devices[d].gatt.characteristics[c].state.sessions[name] != nil {
                 endSession(device: d, characteristic: c, sender: name)
             }
-            if let pairing = devices[d].pairing, pairing.sender == name {
-                devices[d].pairing = nil
-                log("\(devices[d].address): pairing canceled, \(name) left the bus")
-            }
-        }
-    }
-
-    private func agentCall(_ call: Message, member: String, sender: String) {
-        switch member {
-        case "RegisterAgent":
-            guard agents.insert(sender).inserted else { return fail(call, BlueZError.alreadyExists) }
-            reply(call)
-        case "UnregisterAgent":
-            guard agents.remove(sender) != nil else { return fail(call, BusError(name: "org.bluez.Error.DoesNotExist", message: "No such Agent")) }
-            reply(call)
-        default:
-            guard agents.contains(sender) else { return fail(call, BusError(name: "org.bluez.Error.DoesNotExist", message: "No such Agent")) }
-            reply(call)
+            if devices[d].pairing?.sender == name { pairingCallerLeft(d) }
         }
     }
 
