@@ -4,7 +4,8 @@
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
-#      then, on the same VM, a device kept connected with two holds through 10 bluetoothd restarts
+#      pairing through the API (passkey entry); then, on the same VM, a device kept connected with
+#      two holds through 10 bluetoothd restarts
 #      and 10 link losses (alone: the VM boots best on a quiet machine);
 #   then three jobs side by side, each with its own log, printed when all have ended:
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
@@ -136,7 +137,8 @@ if [ -x "$shared/realbluez/start" ]; then
         # (about 25 s a restart, 8 s a link loss). All of it within 20 minutes.
         log=.build/realbluez-pytest.log rc=0
         GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
-            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_reliability_realbluez.py \
+            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py \
+            Tests/e2e/test_reliability_realbluez.py \
             > "$log" 2>&1 || rc=$?
         grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error' "$log" || true
         if [ "$rc" -ne 0 ]; then

@@ -48,6 +48,10 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var lastSeen: Date?
     public var state: PeripheralState
     public var paired: Bool
+    /// Paired with keys kept for the next connections (BlueZ's `Bonded`).
+    public var bonded = false
+    /// Allowed to connect without asking (BlueZ's `Trusted`).
+    public var trusted = false
     public var advertisement: AdvertisementData
     /// The ATT MTU of the connection, while connected.
     public var mtu: Int?
@@ -154,6 +158,25 @@ public protocol Central: Sendable {
     /// next connection or when the characteristic appears; `.resubscribed` reports each outcome.
     /// `setNotifyValue(false)` ends the wish.
     func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async
+
+    /// Pairs (and bonds, when the device keeps keys), connecting first if needed, within
+    /// `timeout`. Questions the pairing asks are answered with `answer` when it fits, else put to
+    /// clients (`.pairing` events) and answered with `answerPairing`. Already paired: at once.
+    func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo
+    /// Answers the question a pairing of `id` asks (`invalidParameters` when none waits or the
+    /// answer does not fit it).
+    func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError)
+    /// The question a pairing of `id` waits on, if any.
+    func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest?
+    /// Forgets the device's bond (its keys, on this side), disconnecting it first; the device is
+    /// unknown to the adapter afterwards, until it is heard again.
+    func removeBond(_ id: BluetoothAddress) async throws(BLEError)
+    /// Sets whether the device may connect without asking.
+    func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
+    /// Discovers the device's services anew, as the device has them now (the stack's cache may be
+    /// older than its firmware). For a bonded device that costs the bond: refused unless
+    /// `dropBond`. A device that was connected is connected again; its notifications are restored.
+    func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService]
     /// The backend's own figures for `/metrics`.
     func diagnostics() -> [CentralMetric]
 }

@@ -23,6 +23,13 @@ public enum CentralEvent: Sendable, Equatable {
     /// central's bound after a connection (`error` says why; the wish stays, and is tried again
     /// when the device's GATT objects change and at its next connection). `uuids` once known.
     case resubscribed(id: BluetoothAddress, characteristic: UInt16, uuids: CharacteristicUUIDs?, error: BLEError?)
+    /// A pairing asks a question or shows a number (the system's pairing dialog, on Apple's
+    /// platforms), succeeded, or failed.
+    case pairing(id: BluetoothAddress, state: PairingState)
+    /// `peripheral(_:didModifyServices:)`: the device's GATT table changed while it was connected
+    /// (a Service Changed indication, or a refresh of the cache): services, handles or
+    /// characteristics may be others now.
+    case servicesChanged(id: BluetoothAddress)
 }
 
 /// A characteristic's UUID and its service's: what the GATT blocklist looks at.

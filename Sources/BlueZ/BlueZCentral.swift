@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Synchronization
 import Threading
 
 /// The `Central` on BlueZ, assembled from its parts:
@@ -9,7 +10,8 @@ import Threading
 /// - `GATTIndex`: where the adapter, devices and attributes are in that tree;
 /// - `Scanner`: discovery, filters and the device list;
 /// - `Connector`: connect, disconnect, link loss, and each device's turn;
-/// - `GATTOperations`: reads, writes and notifications.
+/// - `GATTOperations`: reads, writes and notifications;
+/// - `PairingAgent`: gattway's BlueZ agent, `Pair`, and the agent's questions put to clients.
 ///
 /// Every change to the mirror reaches the parts in the order it was applied (index first).
 public final class BlueZCentral: Central {
@@ -18,13 +20,19 @@ public final class BlueZCentral: Central {
     let scanner: Scanner
     private let connector: Connector
     private let gatt: GATTOperations
+    private let agent: PairingAgent
+    private let log: @Sendable (String) -> Void
+    /// Devices connected through this side whose services were resolved: a later change of their
+    /// GATT services is a Service Changed (or a refresh), told as `.servicesChanged`.
+    private let settled = Mutex<[BluetoothAddress: Task<Void, Never>?]>([:])
 
     /// A central on the bus at `address` (the system bus's, usually). Without a bus at start, or
     /// after it went away, it reports `unsupported` and connects again with backoff.
     public convenience init(busAddress address: String, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
                             staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
-                            log: @escaping @Sendable (String) -> Void = { _ in }) {
-        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter, log: log) { () throws(BusError) in
+                            pairing: PairingOptions = PairingOptions(), log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
+                  pairing: pairing, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
     }
@@ -34,7 +42,7 @@ public final class BlueZCentral: Central {
     /// forgets one it has not heard for `forgetAfter`. Notifications wanted that have not started
     /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
     public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
-                forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10),
+                forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10), pairing: PairingOptions = PairingOptions(),
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
@@ -47,7 +55,20 @@ public final class BlueZCentral: Central {
         self.connector = connector
         let gatt = GATTOperations(link: link, connector: connector, events: events, restoreDeadline: restoreDeadline, log: log)
         self.gatt = gatt
-        connector.setReconnectedHandler { id in Task { await gatt.resubscribe(id) } }
+        self.log = log
+        let agent = PairingAgent(link: link, events: events, capability: pairing.io, isDefault: pairing.defaultAgent,
+                                 answerDeadline: pairing.answerDeadline, log: log)
+        self.agent = agent
+        link.methodCalls.set { call in
+            if !agent.handle(call) {
+                link.send(call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "gattway has no object here")))
+            }
+        }
+        link.loaded.set { _ in Task { await agent.register() } }
+        connector.setReconnectedHandler { [weak self] id in
+            self?.settle(id)
+            Task { await gatt.resubscribe(id) }
+        }
         tree.setObserver { [weak self] change in self?.treeChanged(change) }
     }
 
@@ -62,6 +83,7 @@ public final class BlueZCentral: Central {
         scanner.observe(change)
         connector.observe(change)
         gatt.observe(change)
+        noteServiceChanges(change)
         switch change {
         case .reloaded, .added, .removed:
             break
@@ -101,6 +123,7 @@ public final class BlueZCentral: Central {
 
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
         let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect)
+        settle(id)
         await gatt.resubscribe(id)
         return info
     }
@@ -140,6 +163,93 @@ public final class BlueZCentral: Central {
         await gatt.keepNotifying(id, characteristic: characteristic)
     }
 
+    // MARK: - Pairing and bonds
+
+    public func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        try await agent.pair(id, answer: answer, timeout: timeout)
+        return try scanner.peripheral(id)
+    }
+
+    public func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) { try agent.answer(id, answer) }
+
+    public func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest? { agent.request(id) }
+
+    public func removeBond(_ id: BluetoothAddress) async throws(BLEError) {
+        unsettle(id)
+        try await connector.removeDevice(id)
+    }
+
+    public func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        let path = try link.index.devicePath(id)
+        do throws(BusError) {
+            _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: Connection.propertiesInterface,
+                                                member: "Set", [.string(BlueZ.deviceInterface), .string("Trusted"), .variant(.bool(trusted))]),
+                                    timeout: BusLink.callDeadline)
+        } catch {
+            throw ErrorMapping.map(error, context: .device)
+        }
+        await connector.refreshDevice(path)
+        return try scanner.peripheral(id)
+    }
+
+    /// BlueZ keeps a device's GATT table (its cache) until it forgets the device: forgetting it
+    /// (`RemoveDevice`), hearing it again and connecting makes it discover the table anew. For a
+    /// bonded device that drops the bond too, so only when asked.
+    public func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService] {
+        let path = try link.index.devicePath(id)
+        let props = link.tree.properties(at: path, BlueZ.deviceInterface) ?? [:]
+        if !dropBond, props["Bonded"]?.bool == true || props["Paired"]?.bool == true {
+            throw BLEError(.invalidParameters, "\(id) is paired: BlueZ drops its GATT cache only with its bond, so it must be paired again"
+                           + " afterwards; ask again with {\"dropBond\": true} to do it")
+        }
+        let wasConnected = props["Connected"]?.bool == true
+        let kept = connector.reconnectStatus(id) != nil
+        log("\(id): refreshing its GATT cache (forgetting the device, then discovering its services anew)")
+        try await removeBond(id)
+        guard await scanner.lookFor(id, within: Connector.lookForDeadline) else {
+            throw BLEError(.unknownDevice, "\(id) was forgotten but not heard again within \(Connector.seconds(Connector.lookForDeadline)): connect it when it advertises")
+        }
+        _ = try await connect(id, timeout: Connector.attemptTimeout, autoReconnect: kept)
+        let services = try gatt.services(id)
+        events(.servicesChanged(id: id))
+        if !wasConnected && !kept { _ = try? await disconnect(id) }
+        return services
+    }
+
+    // MARK: - Service Changed
+
+    private func settle(_ id: BluetoothAddress) { settled.withLock { if $0[id] == nil { $0[id] = .some(nil) } } }
+
+    private func unsettle(_ id: BluetoothAddress) {
+        let pending = settled.withLock { $0.removeValue(forKey: id) }
+        pending??.cancel()
+    }
+
+    /// GATT services added or removed on a device whose services were resolved: told once the
+    /// burst of objects is over (250 ms after the last).
+    private func noteServiceChanges(_ change: ObjectTree.Change) {
+        let path: ObjectPath
+        switch change {
+        case .added(let p, let interfaces) where interfaces[BlueZ.gattServiceInterface] != nil: path = p
+        case .removed(let p, let names) where names.contains(BlueZ.gattServiceInterface): path = p
+        case .properties(let p, BlueZ.deviceInterface, let changed, _) where changed["Connected"]?.bool == false:
+            if let id = link.tree.properties(at: p, BlueZ.deviceInterface).flatMap(DeviceProperties.address) { unsettle(id) }
+            return
+        default: return
+        }
+        guard let device = link.index.device(of: path),
+              let id = link.tree.properties(at: device, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
+        settled.withLock { s in
+            guard let pending = s[id] else { return }
+            pending?.cancel()
+            s[id] = Task { [weak self] in
+                do { try await Task.sleep(for: .milliseconds(250)) } catch { return }
+                self?.log("\(id): its GATT services changed")
+                self?.events(.servicesChanged(id: id))
+            }
+        }
+    }
+
     public func diagnostics() -> [CentralMetric] {
         let unrestored = gatt.unrestoredCounts()
         let help = "Characteristics wanted notifying that do not since their device connected: waiting for their objects, or past the deadline (clients told)."
@@ -149,5 +259,21 @@ public final class BlueZCentral: Central {
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "waiting")], Double(unrestored.waiting)),
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "failed")], Double(unrestored.failed)),
         ]
+    }
+}
+
+/// How gattway pairs: the IO capabilities its agent declares, whether it is BlueZ's default agent,
+/// and how long a pairing question waits for a client's answer.
+public struct PairingOptions: Sendable {
+    public var io: PairingIO
+    public var defaultAgent: Bool
+    public var answerDeadline: Duration
+
+    /// NoInputNoOutput (what a box with no screen and no keyboard can honestly claim: Just Works),
+    /// not the default agent, 25 s for an answer (the SMP procedure itself gives up after 30 s).
+    public init(io: PairingIO = .noInputNoOutput, defaultAgent: Bool = false, answerDeadline: Duration = .seconds(25)) {
+        self.io = io
+        self.defaultAgent = defaultAgent
+        self.answerDeadline = answerDeadline
     }
 }

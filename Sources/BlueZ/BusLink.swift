@@ -25,6 +25,11 @@ final class BusLink: Sendable {
     /// applied after the earlier one.
     private let loads = SerialQueues<Int>(maxWaiting: 8, maxWait: nil)
 
+    /// Method calls bus peers make on gattway's own objects (its pairing agent's).
+    let methodCalls = HandlerSlot<Message>()
+    /// Runs after each load of BlueZ's objects that found bluetoothd.
+    let loaded = HandlerSlot<Void>()
+
     /// How long a discovery call may take before it counts as failed.
     static let callDeadline: Duration = .seconds(10)
 
@@ -75,6 +80,11 @@ final class BusLink: Sendable {
             counted("GetAll", error.name)
             throw error
         }
+    }
+
+    /// Sends a message (a reply to a call on gattway's objects) if there is a bus connection.
+    func send(_ message: Message) {
+        do { try connection?.send(message) } catch { log("cannot answer \(message.member ?? "a call"): \(error)") }
     }
 
     // MARK: - Counting, for /metrics
@@ -131,6 +141,12 @@ final class BusLink: Sendable {
             return
         }
         connection.setDisconnectHandler { [weak self] in self?.busLost() }
+        connection.setMethodCallHandler { [weak self] call in
+            guard let self else { return }
+            if !self.methodCalls(call) {
+                self.send(call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "gattway has no object here")))
+            }
+        }
         guard !closed.load(ordering: .acquiring) else { return connection.close() }
         current.withLock { $0 = connection }
         calls.withLock { $0.busConnects += 1 }
@@ -219,6 +235,7 @@ final class BusLink: Sendable {
             tree.load(objects, replySerial: reply.serial, owner: reply.sender)
             let adapters = objects.values.filter { $0[BlueZ.adapterInterface] != nil }.count
             log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(index.adapterPath()?.lastElement ?? "none")")
+            loaded(())
         } catch {
             let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
             let hadObjects = bus.withLock { state -> Bool in

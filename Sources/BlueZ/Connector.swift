@@ -157,6 +157,44 @@ final class Connector: Sendable {
         }
     }
 
+    /// BlueZ forgets the device (`RemoveDevice`): its bond, its GATT cache, its object; a link
+    /// it had goes down first, by this side's wish. Answers once the object is gone.
+    ///
+    /// A connected device is disconnected first, and only then removed: bluetoothd 5.66 removing
+    /// a connected bonded device itself crashed in the lab ("free(): invalid pointer" after
+    /// "Source ID … was not found").
+    func removeDevice(_ id: BluetoothAddress) async throws(BLEError) {
+        let adapter = try link.usableAdapter()
+        let path = try index.devicePath(id)
+        try await inTurn(id) { () async throws(BLEError) in
+            if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
+                disconnecting.withLock { _ = $0.insert(id) }
+                do throws(BusError) {
+                    _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                                                        member: "Disconnect"), timeout: Self.disconnectDeadline)
+                } catch {
+                    throw ErrorMapping.map(error, context: .device)
+                }
+                await refreshDevice(path)
+            }
+            disconnecting.withLock { _ = $0.insert(id) }
+            do throws(BusError) {
+                _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                                    member: "RemoveDevice", [.objectPath(path)]), timeout: Self.disconnectDeadline)
+            } catch {
+                disconnecting.withLock { _ = $0.remove(id) }
+                throw ErrorMapping.map(error, context: .device)
+            }
+            // BlueZ answers before its InterfacesRemoved arrives: wait for it (bounded).
+            _ = await waiters.wait(for: path, timeout: Self.disconnectDeadline, current: { self.tree.properties(at: $0, BlueZ.deviceInterface) }) {
+                $0 == nil ? true : nil
+            }
+            log("\(id): removed from BlueZ (bond and GATT cache forgotten)")
+        }
+        // A kept device is looked for and connected again (without its bond).
+        if kept.withLock({ $0[id] != nil && $0[id]?.timer == nil && $0[id]?.attempting == false }) { scheduleAttempt(id, after: nil) }
+    }
+
     // MARK: - The link's state
 
     /// Connected with its services resolved.

@@ -47,8 +47,11 @@ enum DeviceProperties {
 
     static func peripheral(_ props: [String: Value], lastSeen: Date?) -> PeripheralInfo? {
         guard let id = address(props) else { return nil }
-        return PeripheralInfo(id: id, addressType: props["AddressType"]?.string, name: name(props), rssi: rssi(props),
-                              lastSeen: lastSeen, state: props["Connected"]?.bool == true ? .connected : .disconnected,
-                              paired: props["Paired"]?.bool ?? false, advertisement: advertisement(props))
+        var info = PeripheralInfo(id: id, addressType: props["AddressType"]?.string, name: name(props), rssi: rssi(props),
+                                  lastSeen: lastSeen, state: props["Connected"]?.bool == true ? .connected : .disconnected,
+                                  paired: props["Paired"]?.bool ?? false, advertisement: advertisement(props))
+        info.bonded = props["Bonded"]?.bool ?? false
+        info.trusted = props["Trusted"]?.bool ?? false
+        return info
     }
 }

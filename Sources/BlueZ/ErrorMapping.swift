@@ -59,7 +59,7 @@ public enum ErrorMapping {
         rule(bluez + "ImproperlyConfigured", nil, att: ATTErrorCode(rawValue: 0xFD), "the client characteristic configuration is improperly configured"),
         rule(bluez + "AuthenticationTimeout", nil, .encryptionTimedOut, "pairing timed out"),
         rule(bluez + "AuthenticationFailed", nil, att: .insufficientAuthentication, "pairing failed"),
-        rule(bluez + "AuthenticationCanceled", nil, att: .insufficientAuthentication, "pairing was cancelled"),
+        rule(bluez + "AuthenticationCanceled", nil, .operationCancelled, "pairing was cancelled"),
         rule(bluez + "AuthenticationRejected", nil, att: .insufficientAuthentication, "pairing was rejected"),
         rule(bluez + "DoesNotExist", nil, .unknownDevice, "BlueZ does not know this device"),
         rule(bluez + "NotReady", nil, .unknown, "the adapter is not ready (powered off?)"),

@@ -57,6 +57,9 @@ final class ObjectTree: Sendable {
     /// Starts holding signals back until `load` completes.
     func beginLoading() { state.withLock { $0.loading = true; $0.held.removeAll() } }
 
+    /// bluetoothd's unique bus name, as the last load found it.
+    var owner: String? { state.withLock { $0.owner } }
+
     /// Installs a `GetManagedObjects` result whose reply had serial `replySerial` and came from `owner`.
     ///
     /// A held signal older than the reply is already part of the snapshot, so it is not applied;

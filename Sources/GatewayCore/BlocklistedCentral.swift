@@ -101,6 +101,22 @@ package struct BlocklistedCentral: Central {
         await base.keepNotifying(id, characteristic: characteristic)
     }
 
+    package func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        try await base.pair(id, answer: answer, timeout: timeout)
+    }
+    package func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) {
+        try await base.answerPairing(id, answer)
+    }
+    package func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest? { await base.pairingRequest(id) }
+    package func removeBond(_ id: BluetoothAddress) async throws(BLEError) { try await base.removeBond(id) }
+    package func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        try await base.setTrusted(trusted, id)
+    }
+    /// The refreshed tree as clients may see it.
+    package func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService] {
+        blocklist.visible(try await base.refreshGATT(id, dropBond: dropBond))
+    }
+
     package func status() async -> ManagerStatus { await base.status() }
     package func adapters() async throws(BLEError) -> [AdapterInfo] { try await base.adapters() }
     package func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await base.startScan(options) }

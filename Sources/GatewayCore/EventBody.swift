@@ -41,6 +41,14 @@ package struct EventBody: Encodable {
     package var rssi: Int?
     /// Whether a value changed since the device's previous packet (false only for `everyPacket`).
     package var changed: Bool?
+    // pairing: what is asked or shown (`state` "request"), or the outcome
+    package var request: String?
+    /// Six digits, zero-padded as devices show them.
+    package var passkey: String?
+    package var entered: Int?
+    package var pinCode: String?
+    /// The service an `authorizeService` request names.
+    package var uuid: String?
     // dropped
     package var count: Int?
 
@@ -83,6 +91,23 @@ package struct EventBody: Encodable {
             value = format.encode(v.value)
             self.format = format.rawValue
             self.sequence = sequence
+        case .pairing(_, .request(let asked)):
+            state = "request"
+            request = asked.name
+            switch asked {
+            case .confirmation(let n): passkey = PairingRequest.digits(n)
+            case .displayPasskey(let n, let keys): (passkey, entered) = (PairingRequest.digits(n), keys)
+            case .displayPinCode(let pin): pinCode = pin
+            case .service(let service): uuid = service.uuidString
+            case .passkey, .pinCode, .authorization: break
+            }
+        case .pairing(_, .paired):
+            state = "paired"
+        case .pairing(_, .failed(let e)):
+            state = "failed"
+            error = ErrorBody(e).error
+        case .servicesChanged:
+            break
         case .resubscribed(_, let handle, let uuids, let e):
             state = e == nil ? "restored" : "failed"
             characteristic = Attribute(handle: handleText(handle), uuid: uuids?.characteristic.uuidString)

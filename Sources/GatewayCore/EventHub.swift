@@ -6,7 +6,7 @@ import Threading
 
 /// The kinds of stream event, as clients select them (`?types=`).
 package enum EventType: String, CaseIterable, Sendable {
-    case state, advertisement, connection, notification, sensor, hold
+    case state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged
 
     /// "state, advertisement, ...", for error messages.
     package static let names = allCases.map(\.rawValue).joined(separator: ", ")
@@ -20,10 +20,10 @@ package enum StreamEvent: Sendable {
 
 /// A set of event types, as bits: selections are checked for every event and every client.
 package struct EventTypes: OptionSet, Sendable, Hashable {
-    package let rawValue: UInt8
-    package init(rawValue: UInt8) { self.rawValue = rawValue }
-    package init(_ type: EventType) { rawValue = 1 << UInt8(EventType.allCases.firstIndex(of: type)!) }
-    package static let all = EventTypes(rawValue: (1 << UInt8(EventType.allCases.count)) - 1)
+    package let rawValue: UInt16
+    package init(rawValue: UInt16) { self.rawValue = rawValue }
+    package init(_ type: EventType) { rawValue = 1 << UInt16(EventType.allCases.firstIndex(of: type)!) }
+    package static let all = EventTypes(rawValue: (1 << UInt16(EventType.allCases.count)) - 1)
 
     package func contains(_ type: EventType) -> Bool { contains(EventTypes(type)) }
 }
@@ -60,6 +60,10 @@ package final class HubEvent: Sendable {
         case .central(.value(let v)):
             (type, device) = (.notification, v.device)
             (handle, uuid) = (v.characteristicHandle, v.characteristicUUID)
+        case .central(.pairing(let id, _)):
+            (type, device) = (.pairing, id)
+        case .central(.servicesChanged(let id)):
+            (type, device) = (.servicesChanged, id)
         case .central(.resubscribed(let id, let characteristic, let uuids, _)):
             (type, device) = (.hold, id)
             (handle, uuid) = (characteristic, uuids?.characteristic)

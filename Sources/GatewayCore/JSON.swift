@@ -46,13 +46,24 @@ package enum JSON {
         let data = body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) ? Data("{}".utf8) : Data(body)
         do {
             try checkKeys(T.self, in: try JSONDecoder().decode(AnyJSON.self, from: data), path: "")
-            return try JSONDecoder().decode(T.self, from: data)
         } catch let error as BLEError {
             throw error
         } catch let error as DecodingError {
             throw BLEError(.invalidParameters, describe(error))
         } catch {
             throw BLEError(.invalidParameters, "the body is not valid JSON")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError {
+            // The body is JSON (it parsed above): what does not decode is a value, such as a
+            // number that does not fit its field (1.5 where a whole number goes).
+            if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
+                throw BLEError(.invalidParameters, "a value does not fit its field: \(context.debugDescription)")
+            }
+            throw BLEError(.invalidParameters, describe(error))
+        } catch {
+            throw BLEError(.invalidParameters, "\(error)")
         }
     }
 

@@ -47,6 +47,9 @@ package struct DeviceBody: Encodable {
     package var lastSeen: Date?
     package var state: String
     package var paired: Bool
+    /// Paired with keys kept (BlueZ's `Bonded`), and allowed to connect without asking (`Trusted`).
+    package var bonded: Bool
+    package var trusted: Bool
     package var advertisement: AdvertisementBody
     /// While connected: the ATT MTU and `maximumWriteValueLength` for both write types.
     package var mtu: Int?
@@ -74,6 +77,8 @@ package struct DeviceBody: Encodable {
         lastSeen = p.lastSeen
         state = p.state.name
         paired = p.paired
+        bonded = p.bonded
+        trusted = p.trusted
         advertisement = AdvertisementBody(p.advertisement)
     }
 }

@@ -82,6 +82,7 @@ public final class API: Sendable {
         addWatchRoutes(to: router)
         addGATTRoutes(to: router)
         addStreamRoutes(to: router)
+        addPairingRoutes(to: router)
         addDiagnosticRoutes(to: router)
         return router
     }

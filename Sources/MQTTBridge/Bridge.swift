@@ -118,7 +118,8 @@ public final class Bridge: Sendable {
 
     /// Starts taking events and commands. The broker connection may come later: `brokerConnected`.
     public func start() {
-        client.select(Selection(types: [EventTypes(.state), EventTypes(.advertisement), EventTypes(.connection), EventTypes(.sensor)]),
+        client.select(Selection(types: [EventTypes(.state), EventTypes(.advertisement), EventTypes(.connection), EventTypes(.sensor),
+                                        EventTypes(.pairing), EventTypes(.servicesChanged)]),
                       as: "")
         gateway.hub.add(client)
         broker.subscribe(topics.command, qos: 1)
@@ -216,6 +217,9 @@ public final class Bridge: Sendable {
         case .central(.state):
             broker.publish(topics.event(.state), item.json)
             await publishState()
+        case .central(.pairing), .central(.servicesChanged):
+            // What a pairing asks (answered with POST /v1/devices/{id}/pairing), and changed GATT tables.
+            broker.publish(topics.event(event.type), item.json)
         case .central(.value), .central(.advertisementChanged), .central(.resubscribed):
             break  // not selected by the bridge's own subscription
         }

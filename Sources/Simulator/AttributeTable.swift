@@ -22,17 +22,21 @@ struct Permission: Sendable, Equatable {
 struct AttributeTable: Sendable {
     static let firstHandle = 0x000A
     static let cccd = BluetoothUUID(uint16: 0x2902)
+    static let serviceChanged = BluetoothUUID(uint16: 0x2A05)
+    static let databaseHash = BluetoothUUID(uint16: 0x2B2A)
     static let extendedProperties = BluetoothUUID(uint16: 0x2900)
 
     struct Service: Sendable {
         let uuid: BluetoothUUID
         let handle: UInt16
+        /// Its last attribute's handle (the declaration's own when it has none).
+        var endHandle: UInt16
         let primary: Bool
         let path: ObjectPath
         var characteristics: [Int] = []
     }
 
-    struct Characteristic: Sendable {
+    struct Characteristic: CharacteristicProperties, Sendable {
         let uuid: BluetoothUUID
         let handle: UInt16
         let valueHandle: UInt16
@@ -46,13 +50,6 @@ struct AttributeTable: Sendable {
         let subscribe: Permission
         let configuration: SimulatorConfiguration.Characteristic
         var descriptors: [Int] = []
-
-        var canNotify: Bool { flags.contains("notify") || flags.contains("indicate") }
-        var hasWriteWithoutResponse: Bool { flags.contains("write-without-response") }
-        var hasWrite: Bool { flags.contains("write") }
-        var hasReliableWrite: Bool { flags.contains("reliable-write") }
-        /// 0x0001 notification or 0x0002 indication, as the CCCD value.
-        var subscriptionValue: [UInt8] { flags.contains("notify") ? [0x01, 0x00] : [0x02, 0x00] }
     }
 
     struct Descriptor: Sendable {
@@ -92,13 +89,17 @@ struct AttributeTable: Sendable {
     }
 
     init(_ device: SimulatorConfiguration.Device, path devicePath: ObjectPath) {
+        self.init(device.services, path: devicePath)
+    }
+
+    init(_ configured: [SimulatorConfiguration.Service], path devicePath: ObjectPath) {
         var next = Self.firstHandle
-        for (i, s) in device.services.enumerated() {
+        for (i, s) in configured.enumerated() {
             // Validation guarantees that a configured handle does not overlap the previous service.
             if let h = s.handle, i == 0 || h >= next { next = h }
             let serviceHandle = UInt16(truncatingIfNeeded: next)
             let servicePath = devicePath.child("service" + hex4(serviceHandle))!
-            var service = Service(uuid: s.uuid, handle: serviceHandle, primary: s.primary, path: servicePath)
+            var service = Service(uuid: s.uuid, handle: serviceHandle, endHandle: serviceHandle, primary: s.primary, path: servicePath)
             next += 1
             for c in s.characteristics {
                 let handle = UInt16(truncatingIfNeeded: next)
@@ -128,6 +129,7 @@ struct AttributeTable: Sendable {
                 service.characteristics.append(characteristics.count)
                 characteristics.append(characteristic)
             }
+            service.endHandle = UInt16(truncatingIfNeeded: next - 1)
             services.append(service)
         }
     }
@@ -162,14 +164,58 @@ struct AttributeTable: Sendable {
         return p
     }
 
-    /// The attribute a path handle or value handle names: (characteristic index, descriptor index).
-    func attribute(handle: Int) -> (characteristic: Int?, descriptor: Int?) {
-        if let c = characteristics.firstIndex(where: { Int($0.handle) == handle || Int($0.valueHandle) == handle }) {
-            return (c, nil)
-        }
-        if let d = descriptors.firstIndex(where: { Int($0.handle) == handle }) { return (nil, d) }
-        return (nil, nil)
+    /// What the server holds at one handle.
+    enum Attribute: Equatable {
+        case service(Int)
+        case declaration(Int)
+        case value(Int)
+        case descriptor(Int)
     }
+
+    /// The attribute at `handle`, nil when the server has none there.
+    func attribute(at handle: UInt16) -> Attribute? {
+        guard let s = services.lastIndex(where: { $0.handle <= handle }), handle <= services[s].endHandle else { return nil }
+        if services[s].handle == handle { return .service(s) }
+        for c in services[s].characteristics {
+            if characteristics[c].handle == handle { return .declaration(c) }
+            if characteristics[c].valueHandle == handle { return .value(c) }
+            if let x = characteristics[c].descriptors.first(where: { descriptors[$0].handle == handle }) { return .descriptor(x) }
+        }
+        return nil
+    }
+
+    /// A declaration's value as a client reads it: the service UUID, or a characteristic's
+    /// properties, value handle and UUID (UUIDs little-endian, 2 bytes when they have a 16-bit form).
+    func declarationValue(_ attribute: Attribute) -> [UInt8] {
+        func le(_ uuid: BluetoothUUID) -> [UInt8] {
+            if let short = uuid.uint16 { return [UInt8(short & 0xFF), UInt8(short >> 8)] }
+            return uuid.bytes.reversed()
+        }
+        switch attribute {
+        case .service(let s): return le(services[s].uuid)
+        case .declaration(let c):
+            let info = characteristics[c]
+            let bits = ["broadcast", "read", "write-without-response", "write", "notify", "indicate",
+                        "authenticated-signed-writes", "extended-properties"]
+            let properties = bits.enumerated().reduce(UInt8(0)) { info.flags.contains($1.element) ? $0 | 1 << $1.offset : $0 }
+            return [properties, UInt8(info.valueHandle & 0xFF), UInt8(info.valueHandle >> 8)] + le(info.uuid)
+        case .value, .descriptor: return []
+        }
+    }
+}
+
+/// What a characteristic's ATT properties (bluetoothd's `Flags`) let a client do.
+protocol CharacteristicProperties {
+    var flags: [String] { get }
+}
+
+extension CharacteristicProperties {
+    var canNotify: Bool { flags.contains("notify") || flags.contains("indicate") }
+    var hasWriteWithoutResponse: Bool { flags.contains("write-without-response") }
+    var hasWrite: Bool { flags.contains("write") }
+    var hasReliableWrite: Bool { flags.contains("reliable-write") }
+    /// 0x0001 notification or 0x0002 indication, as the CCCD value.
+    var subscriptionValue: [UInt8] { flags.contains("notify") ? [0x01, 0x00] : [0x02, 0x00] }
 }
 
 /// Four lowercase hex digits, as in bluetoothd's object paths.

@@ -7,6 +7,8 @@ enum Interface {
     static let properties = "org.freedesktop.DBus.Properties"
     static let introspectable = "org.freedesktop.DBus.Introspectable"
     static let agentManager = "org.bluez.AgentManager1"
+    /// What agents implement; bluetoothd calls it, it does not serve it.
+    static let agent = "org.bluez.Agent1"
     static let profileManager = "org.bluez.ProfileManager1"
     static let adapter = "org.bluez.Adapter1"
     static let device = "org.bluez.Device1"
@@ -42,6 +44,8 @@ enum Interface {
                   Method(name: "DropLink", input: "s", output: ""), Method(name: "CallCount", input: "ss", output: "u"),
                   Method(name: "ResetCounters", input: "", output: ""), Method(name: "SetValue", input: "ssayb", output: ""),
                   Method(name: "SetServiceData", input: "ssay", output: ""),
+                  Method(name: "SetServices", input: "ssb", output: ""), Method(name: "SetPairing", input: "ss", output: ""),
+                  Method(name: "DisplayedPasskey", input: "s", output: "u"),
                   Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
                   Method(name: "EndDiscovery", input: "", output: "")],
     ]
@@ -169,6 +173,7 @@ enum BlueZError {
     static let alreadyExists = BusError(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
     static let notAuthorized = BusError(name: "org.bluez.Error.NotAuthorized", message: "Operation Not Authorized")
     static let authenticationCanceled = BusError(name: "org.bluez.Error.AuthenticationCanceled", message: "Authentication Canceled")
+    static let authenticationFailed = BusError(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed")
 
     /// An ATT error response as bluetoothd reports it; 0 means the request got no response
     /// (the link went down).

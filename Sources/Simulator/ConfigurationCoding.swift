@@ -46,6 +46,19 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     }
 }
 
+extension SimulatorConfiguration {
+    /// Decodes JSON (a file, or a piece given to a control method), with readable messages.
+    static func decodeJSON<T: Decodable>(_ data: Data) throws(ConfigurationError) -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError {
+            throw ConfigurationError.describe(error)
+        } catch {
+            throw ConfigurationError("not valid JSON: \(error)")
+        }
+    }
+}
+
 /// Any JSON object key, to find keys the configuration does not know (a typo would
 /// otherwise be ignored silently).
 struct AnyKey: CodingKey {

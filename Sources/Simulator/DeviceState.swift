@@ -3,11 +3,10 @@ import Glibc
 import DBus
 
 /// Everything about one simulated peripheral: bluetoothd's view of it (the Device1 object, its
-/// GATT objects and caches) and the peripheral's own state (values, subscriptions).
+/// GATT cache and objects) and the peripheral's own state (its GATT server, how it pairs).
 struct DeviceState: Sendable {
     let config: SimulatorConfiguration.Device
     let path: ObjectPath
-    let table: AttributeTable
     var faults: SimulatorConfiguration.Faults
     /// Connect attempts that still fail with `faults.connectError`; nil = all.
     var connectFailuresLeft: Int?
@@ -24,6 +23,9 @@ struct DeviceState: Sendable {
     var alias: String?
     var paired = false
     var bonded = false
+    /// The pairing was authenticated (MITM: passkey entry or numeric comparison), which
+    /// "encrypt-authenticated-*" and "secure-*" attributes need.
+    var authenticated = false
     var trusted = false
     var blocked = false
     var rssi: Int?
@@ -35,6 +37,9 @@ struct DeviceState: Sendable {
     /// The Connected property (the suppressConnectedSignal fault sets it without a signal).
     var connected = false
     var servicesResolved = false
+    /// bluetoothd's GATT cache (what it discovered; its D-Bus objects).
+    var gatt = GATTCache()
+    /// The cache's objects are exported (since the cache was filled, or bluetoothd restarted).
     var gattExported = false
     /// GATT services were resolved once: UUIDs then lists the primary services, and
     /// advertised UUIDs no longer change it.
@@ -55,8 +60,12 @@ struct DeviceState: Sendable {
     var sensor: SensorState?
     /// Service data set at run time (`SetServiceData`), advertised over the configuration's.
     var advertisedServiceData: [BluetoothUUID: [UInt8]] = [:]
-    var characteristics: [CharacteristicState]
-    var descriptors: [DescriptorState]
+    var peripheral: Peripheral
+    /// How the peripheral pairs (`SetPairing` replaces it).
+    var pairingConfig: SimulatorConfiguration.Pairing
+    /// The peripheral's table changed while a bonded bluetoothd was away: it indicates Service
+    /// Changed at the next connection, as a server does for a bonded client.
+    var serviceChangedPending = false
 
     enum Link: Equatable, Sendable {
         case idle
@@ -66,21 +75,33 @@ struct DeviceState: Sendable {
         case disconnecting
     }
 
-    /// A Pair call being served: it waits for the link (when it had to connect first) and then for pairing.
+    /// A Pair call being served: it waits for the link (when it had to connect first) and then
+    /// for the Security Manager and the agent.
     struct Pairing: Sendable {
         let id: Int
         let call: Message
         let sender: String
+        /// The agent bluetoothd took at Pair: the caller's, else the default one (nil: none,
+        /// so the central is NoInputNoOutput).
+        let agent: Agent?
+        /// The agent request waiting for its answer (it gets Cancel() if pairing ends first).
+        var asking: AgentRequest?
+        /// The passkey the peripheral displays for the central's user to enter.
+        var displayedPasskey: UInt32?
+    }
+
+    enum AgentRequest: Sendable {
+        case passkey(expected: UInt32)
+        case confirmation
     }
 
     init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath) {
         self.config = config
         path = adapterPath.child("dev_" + config.address.joined(by: "_"))!
-        table = AttributeTable(config, path: path)
+        peripheral = Peripheral(AttributeTable(config, path: path))
+        pairingConfig = config.pairing
         faults = config.faults
         connectFailuresLeft = config.faults.connectError?.count
-        characteristics = table.characteristics.map { CharacteristicState(value: $0.configuration.value.bytes) }
-        descriptors = table.descriptors.map { DescriptorState(value: $0.initialValue) }
         // The packet counter starts at the Unix time, so that it still grows after the simulator
         // restarts: a gateway that ran on would refuse a smaller encrypted BTHome or MiBeacon counter as a replay.
         sensor = config.sensor.map {
@@ -110,6 +131,7 @@ struct DeviceState: Sendable {
         alias = nil
         paired = false
         bonded = false
+        authenticated = false
         trusted = false
         blocked = false
         rssi = nil
@@ -118,31 +140,53 @@ struct DeviceState: Sendable {
         manufacturerData = [:]
         serviceData = [:]
         advertisingFlags = nil
+        gatt = GATTCache()
         gattExported = false
-        for i in characteristics.indices {
-            characteristics[i].cached = nil
-            characteristics[i].sessions = [:]
-            characteristics[i].notifying = false
-        }
-        for i in descriptors.indices { descriptors[i].cached = nil }
+        serviceChangedPending = false
     }
 }
 
+/// The simulated peripheral's GATT server: its table (the firmware) and the values it holds.
+struct Peripheral: Sendable {
+    private(set) var table: AttributeTable
+    /// Characteristic values, by table index.
+    var values: [[UInt8]] = []
+    var descriptorValues: [[UInt8]] = []
+    /// The heartRate generators' current rate, by characteristic.
+    var bpm: [Int] = []
+    /// Counts the tables installed, so that the generators of an older one stop.
+    private(set) var firmware = 0
+
+    init(_ table: AttributeTable) {
+        self.table = table
+        install(table)
+    }
+
+    /// A new firmware: its table, with its initial values.
+    mutating func install(_ table: AttributeTable) {
+        self.table = table
+        values = table.characteristics.map(\.configuration.value.bytes)
+        descriptorValues = table.descriptors.map(\.initialValue)
+        bpm = table.characteristics.map { _ in 72 }
+        firmware += 1
+    }
+
+    /// What the server answers for its Database Hash (2B2A), if it has one.
+    var databaseHash: [UInt8]? {
+        table.characteristics.firstIndex { $0.uuid == AttributeTable.databaseHash }.map { values[$0] }
+    }
+}
+
+/// bluetoothd's client-side state of one cached characteristic.
 struct CharacteristicState: Sendable {
-    /// The peripheral's value.
-    var value: [UInt8]
     /// bluetoothd's cache (the Value property); nil or empty = no Value property.
     var cached: [UInt8]?
     /// StartNotify sessions by D-Bus sender.
     var sessions: [String: Session] = [:]
     var notifying = false
-    /// The peripheral's CCCD is enabled for us.
-    var subscribed = false
     var subscribing: Subscribing?
     var read: PendingRead?
     var write: PendingCall?
-    /// heartRate generator's current bpm.
-    var bpm = 72
 
     enum Session: Sendable, Equatable {
         /// The CCCD write is on its way.
@@ -159,7 +203,6 @@ struct CharacteristicState: Sendable {
 }
 
 struct DescriptorState: Sendable {
-    var value: [UInt8]
     var cached: [UInt8]?
     var read: PendingRead?
     var write: PendingCall?

@@ -9,11 +9,7 @@ extension Engine {
         case "Connect": connect(d, call: call)
         case "Disconnect": disconnect(d, call: call)
         case "Pair": pair(d, call: call, sender: sender)
-        case "CancelPairing":
-            guard let pairing = devices[d].pairing else { return fail(call, BlueZError.doesNotExist) }
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-            reply(call)
+        case "CancelPairing": cancelPairing(d, call: call)
         default:
             // ConnectProfile/DisconnectProfile: a LE-only device has no BR/EDR profiles.
             fail(call, BusError(name: "org.bluez.Error.NotAvailable", message: "Operation currently not available"))
@@ -35,7 +31,7 @@ extension Engine {
     }
 
     /// Starts a connection attempt; it ends in `linkUp` or `failConnect`.
-    private func beginConnect(_ d: Int) {
+    func beginConnect(_ d: Int) {
         let attempt = makeID()
         devices[d].link = .connecting(attempt: attempt)
         devices[d].temporary = false
@@ -80,10 +76,7 @@ extension Engine {
             devices[d].connectCall = nil
             fail(call, error)
         }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.failed("Software caused connection abort"))
-        }
+        if devices[d].pairing != nil { endPairing(d, BlueZError.failed("Software caused connection abort")) }
     }
 
     /// Disconnect while connecting cancels the attempt.
@@ -93,10 +86,7 @@ extension Engine {
             devices[d].connectCall = nil
             fail(call, BlueZError.failed("br-connection-canceled"))
         }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-        }
+        if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
     }
 
     /// The link is up: Connected=true, the Connect reply, the GATT objects (first time) or
@@ -123,14 +113,14 @@ extension Engine {
             devices[d].connectCall = nil
             reply(call)
         }
-        let table = devices[d].table
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
         let early = devices[d].faults.servicesResolvedEarly && !devices[d].gattExported
+        discoverAtConnection(d)
         if early { resolveServices(d) }
         var resolved = early
+        let services = devices[d].gatt.present
         if !devices[d].gattExported {
             devices[d].gattExported = true
-            let services = table.services.indices
             if let late = devices[d].faults.lateServices, late.first < services.count {
                 // In two pieces, ServicesResolved between them or after both (the race seen on
                 // real bluetoothd after a restart).
@@ -148,13 +138,15 @@ extension Engine {
             }
         } else {
             // A piece that a lost link kept from being exported comes now.
-            exportGATT(d, table.services.indices)
-            for c in table.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
+            exportGATT(d, services)
+            for c in devices[d].gatt.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
         }
-        for c in table.characteristics.indices where !devices[d].characteristics[c].sessions.isEmpty {
-            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .active }
-            if !devices[d].characteristics[c].notifying {
-                devices[d].characteristics[c].notifying = true
+        for c in devices[d].gatt.characteristics.indices where !devices[d].gatt.characteristics[c].state.sessions.isEmpty {
+            for sender in devices[d].gatt.characteristics[c].state.sessions.keys {
+                devices[d].gatt.characteristics[c].state.sessions[sender] = .active
+            }
+            if !devices[d].gatt.characteristics[c].state.notifying {
+                devices[d].gatt.characteristics[c].state.notifying = true
                 propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
             }
         }
@@ -165,35 +157,10 @@ extension Engine {
         if devices[d].pairing != nil { startPairing(d) }
     }
 
-    /// Exports these services with their characteristics and descriptors, those not exported yet.
-    func exportGATT(_ d: Int, _ services: some Sequence<Int>) {
-        let table = devices[d].table
-        for s in services {
-            guard let path = path(of: .service(d, s)), objects[path] == nil else { continue }
-            export(.service(d, s))
-            for c in table.services[s].characteristics {
-                export(.characteristic(d, c))
-                for x in table.characteristics[c].descriptors { export(.descriptor(d, x)) }
-            }
-        }
-    }
-
-    /// Withdraws every GATT object of the device (children first, as bluetoothd unregisters them).
-    func withdrawGATT(_ d: Int) {
-        for (s, service) in devices[d].table.services.enumerated() {
-            for c in service.characteristics {
-                for x in devices[d].table.characteristics[c].descriptors { unexport(.descriptor(d, x)) }
-                unexport(.characteristic(d, c))
-            }
-            unexport(.service(d, s))
-        }
-        devices[d].gattExported = false
-    }
-
     /// The second piece of `lateServices`, if the link it belongs to is still up.
     private func exportRest(_ d: Int, epoch: Int, resolve: Bool) {
         guard devices[d].linkEpoch == epoch, devices[d].hasGATT, devices[d].gattExported else { return }
-        exportGATT(d, devices[d].table.services.indices)
+        exportGATT(d, devices[d].gatt.present)
         log("\(devices[d].address): the other services exported")
         if resolve { resolveServices(d) }
     }
@@ -202,15 +169,7 @@ extension Engine {
     private func resolveServices(_ d: Int) {
         if !devices[d].servicesResolvedOnce {
             devices[d].servicesResolvedOnce = true
-            var primaries: [BluetoothUUID] = []
-            for service in devices[d].table.services where service.primary && !primaries.contains(service.uuid) {
-                primaries.append(service.uuid)
-            }
-            let uuids = primaries.sorted { $0.uuidString < $1.uuidString }
-            if uuids != devices[d].uuids {
-                devices[d].uuids = uuids
-                propertiesChanged(.device(d), Interface.device, ["UUIDs"])
-            }
+            updateUUIDs(d)
         }
         devices[d].servicesResolved = true
         propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
@@ -230,8 +189,8 @@ extension Engine {
 
     /// bluetoothd waits before it drops the link (DISCONNECT_TIMER) and answers every
     /// Disconnect (and RemoveDevice) once it is down.
-    func requestDisconnect(_ d: Int, call: Message) {
-        devices[d].disconnectCalls.append(call)
+    func requestDisconnect(_ d: Int, call: Message?) {
+        if let call { devices[d].disconnectCalls.append(call) }
         guard devices[d].link == .connected else { return }
         devices[d].link = .disconnecting
         let epoch = devices[d].linkEpoch
@@ -245,14 +204,13 @@ extension Engine {
         guard devices[d].hasGATT, epoch == nil || epoch == devices[d].linkEpoch else { return }
         log("\(devices[d].address): disconnected")
         devices[d].link = .idle
-        failPendingRequests(d)
-        for c in devices[d].characteristics.indices {
-            for sender in devices[d].characteristics[c].sessions.keys { devices[d].characteristics[c].sessions[sender] = .inactive }
+        for c in devices[d].gatt.characteristics.indices {
+            failPendingRequests(d, characteristic: c)
+            for sender in devices[d].gatt.characteristics[c].state.sessions.keys {
+                devices[d].gatt.characteristics[c].state.sessions[sender] = .inactive
+            }
         }
-        if let pairing = devices[d].pairing {
-            devices[d].pairing = nil
-            fail(pairing.call, BlueZError.authenticationCanceled)
-        }
+        for x in devices[d].gatt.descriptors.indices { failPendingRequests(d, descriptor: x) }
         if devices[d].servicesResolved {
             devices[d].servicesResolved = false
             propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
@@ -261,82 +219,38 @@ extension Engine {
         devices[d].disconnectCalls = []
         devices[d].connected = false
         propertiesChanged(.device(d), Interface.device, ["Connected"])
+        // bluetoothd hears of the disconnection, then finishes the bonding it was doing.
+        if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
         if devices[d].faults.forgetGATT {
             // No cache: the objects, and the notification sessions on them, go with the link.
             withdrawGATT(d)
-            for c in devices[d].characteristics.indices {
-                devices[d].characteristics[c].sessions = [:]
-                devices[d].characteristics[c].notifying = false
-            }
         }
         if devices[d].removeAfterDisconnect { removeDevice(d) }
     }
 
-    /// What was waiting for the peer gets bluetoothd's answer for a request that never got a response.
-    private func failPendingRequests(_ d: Int) {
+    /// What was waiting for the peer gets bluetoothd's answer for a request that never got a
+    /// response (the link went down, or the attribute left the cache).
+    func failPendingRequests(_ d: Int, characteristic c: Int) {
         let failed = BlueZError.att(.success)
-        for c in devices[d].characteristics.indices {
-            if let read = devices[d].characteristics[c].read { read.calls.forEach { fail($0, failed) } }
-            if let write = devices[d].characteristics[c].write { fail(write.call, failed) }
-            if let subscribing = devices[d].characteristics[c].subscribing {
-                for waiter in subscribing.waiters {
-                    devices[d].characteristics[c].sessions[waiter.sender] = nil
-                    fail(waiter.call, failed)
-                }
-            }
-            devices[d].characteristics[c].read = nil
-            devices[d].characteristics[c].write = nil
-            devices[d].characteristics[c].subscribing = nil
+        let state = devices[d].gatt.characteristics[c].state
+        state.read?.calls.forEach { fail($0, failed) }
+        if let write = state.write { fail(write.call, failed) }
+        for waiter in state.subscribing?.waiters ?? [] {
+            devices[d].gatt.characteristics[c].state.sessions[waiter.sender] = nil
+            fail(waiter.call, failed)
         }
-        for x in devices[d].descriptors.indices {
-            if let read = devices[d].descriptors[x].read { read.calls.forEach { fail($0, failed) } }
-            if let write = devices[d].descriptors[x].write { fail(write.call, failed) }
-            devices[d].descriptors[x].read = nil
-            devices[d].descriptors[x].write = nil
-        }
+        devices[d].gatt.characteristics[c].state.read = nil
+        devices[d].gatt.characteristics[c].state.write = nil
+        devices[d].gatt.characteristics[c].state.subscribing = nil
     }
 
-    // MARK: - Pairing
-
-    private func pair(_ d: Int, call: Message, sender: String) {
-        if devices[d].pairing != nil { return fail(call, BlueZError.inProgress) }
-        devices[d].temporary = false
-        devices[d].temporaryTimer = nil
-        if devices[d].bonded { return fail(call, BlueZError.alreadyExists) }
-        devices[d].pairing = DeviceState.Pairing(id: makeID(), call: call, sender: sender)
-        switch devices[d].link {
-        case .connected, .disconnecting: startPairing(d)
-        case .connecting: break  // linkUp continues
-        case .idle:
-            guard powered else {
-                devices[d].pairing = nil
-                return fail(call, BlueZError.failed("Input/output error"))
-            }
-            beginConnect(d)
-        }
-    }
-
-    /// Just Works (the simulated agent is NoInputNoOutput) takes a moment, then Paired and
-    /// Bonded change before the Pair reply.
-    private func startPairing(_ d: Int) {
-        guard let id = devices[d].pairing?.id else { return }
-        tasks.after(milliseconds: 20) { await self.finishPairing(d, id: id) }
-    }
-
-    private func finishPairing(_ d: Int, id: Int) {
-        guard let pairing = devices[d].pairing, pairing.id == id, devices[d].hasGATT else { return }
-        devices[d].pairing = nil
-        bond(d)
-        reply(pairing.call)
-    }
-
-    /// Paired and Bonded become true (Just Works, explicit or triggered by an encrypted attribute).
-    func bond(_ d: Int) {
-        guard !devices[d].paired || !devices[d].bonded else { return }
-        devices[d].paired = true
-        devices[d].bonded = true
-        log("\(devices[d].address): paired (Just Works)")
-        propertiesChanged(.device(d), Interface.device, ["Paired", "Bonded"])
+    func failPendingRequests(_ d: Int, descriptor x: Int) {
+        let failed = BlueZError.att(.success)
+        let state = devices[d].gatt.descriptors[x].state
+        state.read?.calls.forEach { fail($0, failed) }
+        if let write = state.write { fail(write.call, failed) }
+        devices[d].gatt.descriptors[x].state.read = nil
+        devices[d].gatt.descriptors[x].state.write = nil
     }
 
     func setBlocked(_ d: Int, _ blocked: Bool) {

@@ -57,13 +57,37 @@ extension Engine {
         case "SetValue":
             guard let d = device(call, args[0]) else { return }
             guard let uuid = BluetoothUUID(args[1] ?? ""),
-                  let c = devices[d].table.characteristics.firstIndex(where: { $0.uuid == uuid }) else {
+                  let c = devices[d].peripheral.table.characteristics.firstIndex(where: { $0.uuid == uuid }) else {
                 return fail(call, Engine.controlError("InvalidArguments", "\(devices[d].address) has no characteristic \(args[1] ?? "")"))
             }
             let value = call.body[2].bytes ?? []
-            devices[d].characteristics[c].value = value
+            devices[d].peripheral.values[c] = value
             reply(call)
             if call.body[3].bool == true { notify(d, c, value) }
+        case "SetServices":
+            guard let d = device(call, args[0]) else { return }
+            do {
+                let services = try SimulatorConfiguration.parseServices(args[1] ?? "")
+                installFirmware(d, services, indicate: call.body[2].bool ?? false)
+                reply(call)
+            } catch {
+                fail(call, Engine.controlError("InvalidArguments", "services: \(error.message)"))
+            }
+        case "SetPairing":
+            guard let d = device(call, args[0]) else { return }
+            do {
+                devices[d].pairingConfig = try SimulatorConfiguration.Pairing.parse(args[1] ?? "")
+                log("\(devices[d].address): pairing set to \(args[1] ?? "")")
+                reply(call)
+            } catch {
+                fail(call, Engine.controlError("InvalidArguments", "pairing: \(error.message)"))
+            }
+        case "DisplayedPasskey":
+            guard let d = device(call, args[0]) else { return }
+            guard let passkey = devices[d].pairing?.displayedPasskey else {
+                return fail(call, Engine.controlError("NotPairing", "\(devices[d].address) displays no passkey"))
+            }
+            reply(call, [.uint32(passkey)])
         case "SetServiceData":
             guard let d = device(call, args[0]) else { return }
             guard let uuid = BluetoothUUID(args[1] ?? "") else {
@@ -94,9 +118,10 @@ extension Engine {
         }
     }
 
-    /// bluetoothd stops: its links, discovery sessions, notify sessions and agents go with it,
-    /// pending calls are answered as the bus answers for a peer that left, and (the caller)
-    /// gives up org.bluez without signalling anything. Paired devices are kept, as its storage keeps them.
+    /// bluetoothd stops: its links, discovery sessions, notify sessions and agents (told with
+    /// Release()) go with it, pending calls are answered as the bus answers for a peer that
+    /// left, and (the caller) gives up org.bluez without signalling anything. Paired devices
+    /// and their GATT caches are kept, as its storage keeps them.
     private func exitBluetoothd() {
         down = true
         let gone = BusError(name: "org.freedesktop.DBus.Error.NoReply", message: "Message recipient disconnected from message bus without replying")
@@ -107,9 +132,9 @@ extension Engine {
                 linkDown(d)
             }
             devices[d].gattExported = false
-            for c in devices[d].characteristics.indices {
-                devices[d].characteristics[c].sessions = [:]
-                devices[d].characteristics[c].notifying = false
+            for c in devices[d].gatt.characteristics.indices {
+                devices[d].gatt.characteristics[c].state.sessions = [:]
+                devices[d].gatt.characteristics[c].state.notifying = false
             }
             if !devices[d].paired {
                 devices[d].forget()
@@ -118,7 +143,7 @@ extension Engine {
         discoveryClients = [:]
         discovering = false
         discoveryFound = []
-        agents = []
+        releaseAgents()
         objects = objects.filter { entry in
             switch entry.value {
             case .root, .node, .control: return true
@@ -156,26 +181,32 @@ extension Engine {
 
     // MARK: - Timers
 
-    /// Advertising, sensors and value generators run for the simulator's lifetime.
+    /// Advertising and sensors run for the simulator's lifetime, value generators for their firmware's.
     func startTimers() {
         for d in devices.indices {
-            tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertise(d) }
+            tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertise(d); return true }
             if let sensor = devices[d].config.sensor {
                 // The new payload goes out with the next advertisement, as a real sensor's does.
-                tasks.every(milliseconds: sensor.intervalMs) { await self.measure(d) }
+                tasks.every(milliseconds: sensor.intervalMs) { await self.measure(d); return true }
             }
-            for (c, info) in devices[d].table.characteristics.enumerated() {
-                let configuration = info.configuration
-                let interval: Int
-                switch configuration.generator {
-                case .heartRate, .counter: interval = configuration.notifyIntervalMs ?? 1000
-                case .batteryDrain: interval = configuration.notifyIntervalMs ?? 5000
-                case nil:
-                    guard let ms = configuration.notifyIntervalMs else { continue }
-                    interval = ms
-                }
-                tasks.every(milliseconds: interval) { await self.generate(d, c) }
+            startGenerators(d)
+        }
+    }
+
+    /// The value generators of the peripheral's current table.
+    func startGenerators(_ d: Int) {
+        let firmware = devices[d].peripheral.firmware
+        for (c, info) in devices[d].peripheral.table.characteristics.enumerated() {
+            let configuration = info.configuration
+            let interval: Int
+            switch configuration.generator {
+            case .heartRate, .counter: interval = configuration.notifyIntervalMs ?? 1000
+            case .batteryDrain: interval = configuration.notifyIntervalMs ?? 5000
+            case nil:
+                guard let ms = configuration.notifyIntervalMs else { continue }
+                interval = ms
             }
+            tasks.every(milliseconds: interval) { await self.generate(d, c, firmware: firmware) }
         }
     }
 
@@ -183,27 +214,30 @@ extension Engine {
         devices[d].sensor?.measure()
     }
 
-    /// One tick of a characteristic's generator: a new value, notified.
-    private func generate(_ d: Int, _ c: Int) {
-        var state = devices[d].characteristics[c]
-        switch devices[d].table.characteristics[c].configuration.generator {
+    /// One tick of a characteristic's generator: a new value, notified. False once the
+    /// peripheral has another firmware.
+    private func generate(_ d: Int, _ c: Int, firmware: Int) -> Bool {
+        guard devices[d].peripheral.firmware == firmware else { return false }
+        var value = devices[d].peripheral.values[c]
+        switch devices[d].peripheral.table.characteristics[c].configuration.generator {
         case .heartRate:
-            state.bpm = min(90, max(60, state.bpm + Int.random(in: -3...3)))
-            state.value = [0x06, UInt8(state.bpm)]
+            let bpm = min(90, max(60, devices[d].peripheral.bpm[c] + Int.random(in: -3...3)))
+            devices[d].peripheral.bpm[c] = bpm
+            value = [0x06, UInt8(bpm)]
         case .batteryDrain:
-            let level = state.value.first ?? 100
-            state.value = [level == 0 ? 100 : level - 1]
+            let level = value.first ?? 100
+            value = [level == 0 ? 100 : level - 1]
         case .counter:
-            let width = state.value.isEmpty ? 4 : min(state.value.count, 8)
+            let width = value.isEmpty ? 4 : min(value.count, 8)
             var n: UInt64 = 0
-            for (i, byte) in state.value.prefix(width).enumerated() { n |= UInt64(byte) << (8 * UInt64(i)) }
+            for (i, byte) in value.prefix(width).enumerated() { n |= UInt64(byte) << (8 * UInt64(i)) }
             n &+= 1
-            state.value = (0..<width).map { UInt8(truncatingIfNeeded: n >> (8 * UInt64($0))) }
+            value = (0..<width).map { UInt8(truncatingIfNeeded: n >> (8 * UInt64($0))) }
         case nil:
             break
         }
-        devices[d].characteristics[c].value = state.value
-        devices[d].characteristics[c].bpm = state.bpm
-        notify(d, c, state.value)
+        devices[d].peripheral.values[c] = value
+        notify(d, c, value)
+        return true
     }
 }

@@ -2,9 +2,11 @@ import BLE
 import DBus
 
 /// GattCharacteristic1 and GattDescriptor1 as bluetoothd 5.66's GATT client serves them
-/// (src/gatt-client.c), in front of the simulated peripheral's GATT server.
+/// (src/gatt-client.c), in front of the simulated peripheral's GATT server. bluetoothd's side
+/// is its cache (`GATTCache`: the objects, their values and sessions); a request goes to the
+/// handle the cache knows, and the peripheral answers with whatever it holds there now.
 extension Engine {
-    /// An attribute of one device.
+    /// A cached attribute of one device.
     enum Attribute: Sendable {
         case characteristic(Int)
         case descriptor(Int)
@@ -23,14 +25,14 @@ extension Engine {
         case "WriteValue": writeCharacteristic(call, d, c)
         case "StartNotify": startNotify(call, d, c, sender: sender)
         case "StopNotify":
-            guard devices[d].characteristics[c].sessions[sender] != nil else {
+            guard devices[d].gatt.characteristics[c].state.sessions[sender] != nil else {
                 return fail(call, BlueZError.failed("No notify session started"))
             }
             endSession(device: d, characteristic: c, sender: sender)
             reply(call)
         case "AcquireNotify":
             guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
-            guard devices[d].characteristics[c].sessions.isEmpty else { return fail(call, BlueZError.inProgress) }
+            guard devices[d].gatt.characteristics[c].state.sessions.isEmpty else { return fail(call, BlueZError.inProgress) }
             // Passing a socket is not simulated: StartNotify serves every characteristic.
             fail(call, BlueZError.notSupported)
         case "AcquireWrite":
@@ -70,7 +72,7 @@ extension Engine {
     private func completeRead(_ d: Int, _ attribute: Attribute, id: Int) {
         guard let pending = pendingRead(d, attribute), pending.id == id else { return }
         setPendingRead(d, attribute, nil)
-        switch peerRead(d, attribute, offset: pending.offset) {
+        switch peerRead(d, handle: handle(d, attribute), offset: pending.offset) {
         case .success(let bytes):
             // The result goes into bluetoothd's cache (reset by a read from offset 0), which
             // the Value property shows; the reply is the cache from the offset on.
@@ -94,19 +96,23 @@ extension Engine {
         }
     }
 
-    /// The peripheral's GATT server answering a read.
-    private func peerRead(_ d: Int, _ attribute: Attribute, offset: Int) -> Result<[UInt8], PeerFailure> {
+    /// The peripheral's GATT server answering a read of `handle`.
+    private func peerRead(_ d: Int, handle: UInt16, offset: Int) -> Result<[UInt8], PeerFailure> {
+        let table = devices[d].peripheral.table
+        guard let attribute = table.attribute(at: handle) else { return .failure(PeerFailure(code: .invalidHandle)) }
         if let code = injectedError(d, attribute, write: false) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
-        let permission: Permission
+        var permission = Permission(allowed: true)
         let value: [UInt8]
         switch attribute {
-        case .characteristic(let c):
-            permission = devices[d].table.characteristics[c].read
-            value = devices[d].characteristics[c].value
+        case .service, .declaration:
+            value = table.declarationValue(attribute)
+        case .value(let c):
+            permission = table.characteristics[c].read
+            value = devices[d].peripheral.values[c]
         case .descriptor(let x):
-            let info = devices[d].table.descriptors[x]
+            let info = table.descriptors[x]
             permission = info.read
-            value = info.isCCCD ? cccdValue(d, info.characteristic) : devices[d].descriptors[x].value
+            value = info.isCCCD ? cccdValue(d, info.characteristic) : devices[d].peripheral.descriptorValues[x]
         }
         guard permission.allowed else { return .failure(PeerFailure(code: .readNotPermitted)) }
         if let failure = checkSecurity(d, permission) { return .failure(failure) }
@@ -118,17 +124,17 @@ extension Engine {
 
     private func writeCharacteristic(_ call: Message, _ d: Int, _ c: Int) {
         guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
-        if devices[d].characteristics[c].write != nil { return fail(call, BlueZError.inProgress) }
+        if devices[d].gatt.characteristics[c].state.write != nil { return fail(call, BlueZError.inProgress) }
         guard let data = call.body[0].bytes, let options = RequestOptions(call.body[1], withType: true) else {
             return fail(call, BlueZError.invalidArguments())
         }
-        let info = devices[d].table.characteristics[c]
+        let info = devices[d].gatt.characteristics[c]
         let type = options.type?.lowercased()
-        // bluetoothd picks the procedure from `type`, or without one from the flags:
+        // bluetoothd picks the procedure from `type`, or without one from the flags it cached:
         // reliable-write, then write (a request), then write-without-response (a command).
         if (type == nil && (info.hasReliableWrite || info.hasWrite)) || type == "reliable" || type == "request" {
             let id = makeID()
-            devices[d].characteristics[c].write = PendingCall(id: id, call: call)
+            devices[d].gatt.characteristics[c].state.write = PendingCall(id: id, call: call)
             respond(d) { engine in engine.completeWrite(d, .characteristic(c), id: id, data: data, offset: options.offset) }
             return
         }
@@ -139,19 +145,19 @@ extension Engine {
         guard data.count <= devices[d].mtu - 3 else { return fail(call, BlueZError.failed("Failed to initiate write")) }
         reply(call)
         // The peer drops a command it would refuse; nobody hears of it.
-        if case .success = peerWrite(d, .characteristic(c), data, offset: 0, command: true) { written(d, c, data) }
+        if case .success(let written) = peerWrite(d, handle: info.valueHandle, data, offset: 0, command: true) { echo(d, written) }
     }
 
     private func writeDescriptor(_ call: Message, _ d: Int, _ x: Int) {
         guard devices[d].hasGATT else { return fail(call, BlueZError.failed("Not connected")) }
-        if devices[d].descriptors[x].write != nil { return fail(call, BlueZError.inProgress) }
+        if devices[d].gatt.descriptors[x].state.write != nil { return fail(call, BlueZError.inProgress) }
         guard let data = call.body[0].bytes, let options = RequestOptions(call.body[1]) else {
             return fail(call, BlueZError.invalidArguments())
         }
         // StartNotify/StopNotify own the CCCD.
-        if devices[d].table.descriptors[x].isCCCD { return fail(call, BlueZError.notPermitted("Write not permitted")) }
+        if devices[d].gatt.descriptors[x].isCCCD { return fail(call, BlueZError.notPermitted("Write not permitted")) }
         let id = makeID()
-        devices[d].descriptors[x].write = PendingCall(id: id, call: call)
+        devices[d].gatt.descriptors[x].state.write = PendingCall(id: id, call: call)
         respond(d) { engine in engine.completeWrite(d, .descriptor(x), id: id, data: data, offset: options.offset) }
     }
 
@@ -161,41 +167,49 @@ extension Engine {
         let pending: PendingCall
         switch attribute {
         case .characteristic(let c):
-            guard let p = devices[d].characteristics[c].write, p.id == id else { return }
+            guard let p = devices[d].gatt.characteristics[c].state.write, p.id == id else { return }
             pending = p
-            devices[d].characteristics[c].write = nil
+            devices[d].gatt.characteristics[c].state.write = nil
         case .descriptor(let x):
-            guard let p = devices[d].descriptors[x].write, p.id == id else { return }
+            guard let p = devices[d].gatt.descriptors[x].state.write, p.id == id else { return }
             pending = p
-            devices[d].descriptors[x].write = nil
+            devices[d].gatt.descriptors[x].state.write = nil
         }
-        switch peerWrite(d, attribute, data, offset: offset, command: false) {
-        case .success:
+        switch peerWrite(d, handle: handle(d, attribute), data, offset: offset, command: false) {
+        case .success(let written):
             reply(pending.call)
-            if case .characteristic(let c) = attribute { written(d, c, devices[d].characteristics[c].value) }
+            echo(d, written)
         case .failure(let failure):
             fail(pending.call, failure.error)
             if failure.dropsLink { linkDown(d) }
         }
     }
 
-    /// The peripheral's GATT server taking a write; on success its value is updated.
-    private func peerWrite(_ d: Int, _ attribute: Attribute, _ data: [UInt8], offset: Int, command: Bool) -> Result<Void, PeerFailure> {
+    /// The peripheral's GATT server taking a write to `handle`: on success the attribute written,
+    /// its value updated (a CCCD's write is the subscription to its characteristic).
+    private func peerWrite(_ d: Int, handle: UInt16, _ data: [UInt8], offset: Int, command: Bool)
+        -> Result<AttributeTable.Attribute, PeerFailure> {
+        let table = devices[d].peripheral.table
+        guard let attribute = table.attribute(at: handle) else { return .failure(PeerFailure(code: .invalidHandle)) }
         if let code = injectedError(d, attribute, write: true) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
         let permission: Permission
         let current: [UInt8]
         var accept: [HexBytes]?
         var rejectCode: UInt8 = 0x80
         switch attribute {
-        case .characteristic(let c):
-            let info = devices[d].table.characteristics[c]
+        case .service, .declaration:
+            return .failure(PeerFailure(code: .writeNotPermitted))
+        case .value(let c):
+            let info = table.characteristics[c]
             permission = info.write
-            current = devices[d].characteristics[c].value
+            current = devices[d].peripheral.values[c]
             accept = info.configuration.accept
             rejectCode = info.configuration.rejectCode
         case .descriptor(let x):
-            permission = devices[d].table.descriptors[x].write
-            current = devices[d].descriptors[x].value
+            let info = table.descriptors[x]
+            // A subscription needs what the characteristic demands for notifications.
+            permission = info.isCCCD ? table.characteristics[info.characteristic].subscribe : info.write
+            current = devices[d].peripheral.descriptorValues[x]
         }
         guard permission.allowed else { return .failure(PeerFailure(code: .writeNotPermitted)) }
         // A command cannot start pairing: without the security it is dropped.
@@ -206,70 +220,72 @@ extension Engine {
         if let accept, !accept.contains(HexBytes(data)) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: rejectCode))) }
         let value = Array(current[..<offset]) + data
         switch attribute {
-        case .characteristic(let c): devices[d].characteristics[c].value = value
-        case .descriptor(let x): devices[d].descriptors[x].value = value
+        case .value(let c): devices[d].peripheral.values[c] = value
+        case .descriptor(let x): devices[d].peripheral.descriptorValues[x] = value
+        case .service, .declaration: break
         }
-        return .success(())
+        return .success(attribute)
     }
 
     /// After a characteristic took a write: an echo device sends it back.
-    private func written(_ d: Int, _ c: Int, _ value: [UInt8]) {
-        if devices[d].table.characteristics[c].configuration.echo { notify(d, c, value) }
+    private func echo(_ d: Int, _ written: AttributeTable.Attribute) {
+        guard case .value(let c) = written, devices[d].peripheral.table.characteristics[c].configuration.echo else { return }
+        notify(d, c, devices[d].peripheral.values[c])
     }
 
     // MARK: - Notifications
 
     private func startNotify(_ call: Message, _ d: Int, _ c: Int, sender: String) {
         if devices[d].link == .disconnecting { return fail(call, BlueZError.notConnected) }
-        guard devices[d].table.characteristics[c].canNotify else { return fail(call, BlueZError.notSupported) }
+        guard devices[d].gatt.characteristics[c].canNotify else { return fail(call, BlueZError.notSupported) }
         // One session per client; a session kept from an earlier connection is still waiting.
-        if let session = devices[d].characteristics[c].sessions[sender] {
+        if let session = devices[d].gatt.characteristics[c].state.sessions[sender] {
             return session == .inactive ? fail(call, BlueZError.inProgress) : reply(call)
         }
         guard devices[d].hasGATT else {
             // Subscribes on the next connection.
-            devices[d].characteristics[c].sessions[sender] = .inactive
+            devices[d].gatt.characteristics[c].state.sessions[sender] = .inactive
             return reply(call)
         }
-        if devices[d].characteristics[c].sessions.values.contains(.active) {
-            devices[d].characteristics[c].sessions[sender] = .active
+        if devices[d].gatt.characteristics[c].state.sessions.values.contains(.active) {
+            devices[d].gatt.characteristics[c].state.sessions[sender] = .active
             return reply(call)
         }
-        devices[d].characteristics[c].sessions[sender] = .pending
-        if devices[d].characteristics[c].subscribing != nil {
-            devices[d].characteristics[c].subscribing!.waiters.append((sender, call))
+        devices[d].gatt.characteristics[c].state.sessions[sender] = .pending
+        if devices[d].gatt.characteristics[c].state.subscribing != nil {
+            devices[d].gatt.characteristics[c].state.subscribing!.waiters.append((sender, call))
             return
         }
         let id = makeID()
-        devices[d].characteristics[c].subscribing = CharacteristicState.Subscribing(id: id, waiters: [(sender, call)])
+        devices[d].gatt.characteristics[c].state.subscribing = CharacteristicState.Subscribing(id: id, waiters: [(sender, call)])
         respond(d) { engine in engine.completeSubscribe(d, c, id: id) }
     }
 
-    /// The CCCD write came back.
+    /// The CCCD write (to the CCCD handle bluetoothd cached) came back.
     private func completeSubscribe(_ d: Int, _ c: Int, id: Int) {
-        guard let subscribing = devices[d].characteristics[c].subscribing, subscribing.id == id else { return }
-        devices[d].characteristics[c].subscribing = nil
-        let info = devices[d].table.characteristics[c]
-        var result: PeerFailure?
-        if let cccd = info.descriptors.first(where: { devices[d].table.descriptors[$0].isCCCD }),
-           let code = injectedError(d, .descriptor(cccd), write: true) {
-            result = PeerFailure(code: ATTErrorCode(rawValue: code))
+        guard let subscribing = devices[d].gatt.characteristics[c].state.subscribing, subscribing.id == id else { return }
+        devices[d].gatt.characteristics[c].state.subscribing = nil
+        let info = devices[d].gatt.characteristics[c]
+        let result: Result<Void, PeerFailure>
+        if let cccd = devices[d].gatt.cccd(of: c) {
+            result = peerWrite(d, handle: devices[d].gatt.descriptors[cccd].handle, info.subscriptionValue, offset: 0, command: false)
+                .map { _ in }
         } else {
-            result = checkSecurity(d, info.subscribe)
+            result = .failure(PeerFailure(code: .requestNotSupported))
         }
-        if let result {
+        if case .failure(let failure) = result {
             for waiter in subscribing.waiters {
-                devices[d].characteristics[c].sessions[waiter.sender] = nil
-                fail(waiter.call, result.error)
+                devices[d].gatt.characteristics[c].state.sessions[waiter.sender] = nil
+                fail(waiter.call, failure.error)
             }
-            if result.dropsLink { linkDown(d) }
+            if failure.dropsLink { linkDown(d) }
             return
         }
-        for waiter in subscribing.waiters where devices[d].characteristics[c].sessions[waiter.sender] == .pending {
-            devices[d].characteristics[c].sessions[waiter.sender] = .active
+        for waiter in subscribing.waiters where devices[d].gatt.characteristics[c].state.sessions[waiter.sender] == .pending {
+            devices[d].gatt.characteristics[c].state.sessions[waiter.sender] = .active
         }
-        if !devices[d].characteristics[c].notifying {
-            devices[d].characteristics[c].notifying = true
+        if !devices[d].gatt.characteristics[c].state.notifying {
+            devices[d].gatt.characteristics[c].state.notifying = true
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
         for waiter in subscribing.waiters { reply(waiter.call) }
@@ -278,57 +294,70 @@ extension Engine {
     /// StopNotify, or the client left the bus. Notifying turns false when no session remains
     /// subscribed (sessions kept across a disconnection do not count, as in 5.66).
     func endSession(device d: Int, characteristic c: Int, sender: String) {
-        devices[d].characteristics[c].sessions[sender] = nil
-        if var subscribing = devices[d].characteristics[c].subscribing,
+        devices[d].gatt.characteristics[c].state.sessions[sender] = nil
+        if var subscribing = devices[d].gatt.characteristics[c].state.subscribing,
            let i = subscribing.waiters.firstIndex(where: { $0.sender == sender }) {
             fail(subscribing.waiters[i].call, BlueZError.failed("Operation failed"))
             subscribing.waiters.remove(at: i)
-            devices[d].characteristics[c].subscribing = subscribing.waiters.isEmpty ? nil : subscribing
+            devices[d].gatt.characteristics[c].state.subscribing = subscribing.waiters.isEmpty ? nil : subscribing
         }
-        let stillSubscribed = devices[d].characteristics[c].sessions.values.contains { $0 != .inactive }
-        if devices[d].characteristics[c].notifying && !stillSubscribed {
-            devices[d].characteristics[c].notifying = false
+        let stillSubscribed = devices[d].gatt.characteristics[c].state.sessions.values.contains { $0 != .inactive }
+        if devices[d].gatt.characteristics[c].state.notifying && !stillSubscribed {
+            devices[d].gatt.characteristics[c].state.notifying = false
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
     }
 
-    /// The peripheral notifies (or indicates) `value`: heard only while connected and
-    /// subscribed; bluetoothd stores it and signals Value even when it did not change.
+    /// The peripheral notifies (or indicates) its characteristic `c`: bluetoothd hears it while
+    /// connected and subscribed, under the value handle, and passes it to the characteristic it
+    /// cached there; it stores it and signals Value even when it did not change.
     func notify(_ d: Int, _ c: Int, _ value: [UInt8]) {
-        guard devices[d].hasGATT, devices[d].characteristics[c].sessions.values.contains(.active) else { return }
-        devices[d].characteristics[c].cached = value
-        propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Value"])
+        guard devices[d].hasGATT, let cached = subscribedCharacteristic(d, c) else { return }
+        devices[d].gatt.characteristics[cached].state.cached = value
+        propertiesChanged(.characteristic(d, cached), Interface.characteristic, ["Value"])
+    }
+
+    /// The cached characteristic at the value handle of the peripheral's characteristic `c`, if a
+    /// session has it subscribed (the peripheral's CCCD is then on).
+    private func subscribedCharacteristic(_ d: Int, _ c: Int) -> Int? {
+        guard let cached = devices[d].gatt.characteristic(valueHandle: devices[d].peripheral.table.characteristics[c].valueHandle),
+              devices[d].gatt.characteristics[cached].state.sessions.values.contains(.active) else { return nil }
+        return cached
     }
 
     private func cccdValue(_ d: Int, _ c: Int) -> [UInt8] {
-        devices[d].hasGATT && devices[d].characteristics[c].sessions.values.contains(.active)
-            ? devices[d].table.characteristics[c].subscriptionValue : [0, 0]
+        devices[d].hasGATT && subscribedCharacteristic(d, c) != nil ? devices[d].peripheral.table.characteristics[c].subscriptionValue : [0, 0]
     }
 
     // MARK: - Helpers
 
     /// Security the peer demands: encryption is reached by Just Works pairing, which bluetoothd
-    /// starts by itself; authentication (MITM) cannot be reached with a NoInputNoOutput agent,
-    /// so the request fails with ATT 0x0e and the link drops, as measured on real bluetoothd.
+    /// starts by itself; authentication (MITM) needs a pairing that was authenticated (Pair with
+    /// an agent that could do it). Without one the request fails with ATT 0x0e and the link
+    /// drops, as measured on real bluetoothd (the MITM pairing it then tries cannot succeed).
     private func checkSecurity(_ d: Int, _ permission: Permission) -> PeerFailure? {
         switch permission.security {
         case .none: break
         case .encrypted: bond(d)
-        case .authenticated: return PeerFailure(code: .unlikelyError, dropsLink: true)
+        case .authenticated:
+            guard devices[d].paired && devices[d].authenticated else { return PeerFailure(code: .unlikelyError, dropsLink: true) }
         }
         return permission.authorize ? PeerFailure(code: .insufficientAuthorization) : nil
     }
 
-    /// An ATT error set by a fault for this attribute and access.
-    private func injectedError(_ d: Int, _ attribute: Attribute, write: Bool) -> UInt8? {
+    /// An ATT error set by a fault for this attribute of the peripheral and this access.
+    private func injectedError(_ d: Int, _ attribute: AttributeTable.Attribute, write: Bool) -> UInt8? {
+        let table = devices[d].peripheral.table
         let (uuid, handles): (BluetoothUUID, [UInt16])
         switch attribute {
-        case .characteristic(let c):
-            let info = devices[d].table.characteristics[c]
+        case .value(let c):
+            let info = table.characteristics[c]
             (uuid, handles) = (info.uuid, [info.handle, info.valueHandle])
         case .descriptor(let x):
-            let info = devices[d].table.descriptors[x]
+            let info = table.descriptors[x]
             (uuid, handles) = (info.uuid, [info.handle])
+        case .service, .declaration:
+            return nil
         }
         return devices[d].faults.attErrors.first { fault in
             guard fault.operation == .any || (fault.operation == .write) == write else { return false }
@@ -346,31 +375,39 @@ extension Engine {
 
     private func run(_ action: @Sendable (isolated Engine) -> Void) { action(self) }
 
+    /// The handle bluetoothd addresses for a cached attribute: a characteristic's value, a descriptor.
+    private func handle(_ d: Int, _ attribute: Attribute) -> UInt16 {
+        switch attribute {
+        case .characteristic(let c): devices[d].gatt.characteristics[c].valueHandle
+        case .descriptor(let x): devices[d].gatt.descriptors[x].handle
+        }
+    }
+
     private func pendingRead(_ d: Int, _ attribute: Attribute) -> PendingRead? {
         switch attribute {
-        case .characteristic(let c): devices[d].characteristics[c].read
-        case .descriptor(let x): devices[d].descriptors[x].read
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.read
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.read
         }
     }
 
     private func setPendingRead(_ d: Int, _ attribute: Attribute, _ value: PendingRead?) {
         switch attribute {
-        case .characteristic(let c): devices[d].characteristics[c].read = value
-        case .descriptor(let x): devices[d].descriptors[x].read = value
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.read = value
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.read = value
         }
     }
 
     private func cached(_ d: Int, _ attribute: Attribute) -> [UInt8]? {
         switch attribute {
-        case .characteristic(let c): devices[d].characteristics[c].cached
-        case .descriptor(let x): devices[d].descriptors[x].cached
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.cached
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.cached
         }
     }
 
     private func setCached(_ d: Int, _ attribute: Attribute, _ value: [UInt8]) {
         switch attribute {
-        case .characteristic(let c): devices[d].characteristics[c].cached = value
-        case .descriptor(let x): devices[d].descriptors[x].cached = value
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.cached = value
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.cached = value
         }
     }
 }

@@ -29,7 +29,11 @@ actor Engine {
     var discoveryClients: [String: DiscoveryClient] = [:]
     /// Devices reported during the current discovery (their RSSI is invalidated when it stops).
     var discoveryFound: Set<Int> = []
-    var agents: Set<String> = []
+    /// Registered agents by owner (one per D-Bus client, as bluetoothd allows).
+    var agents: [String: Agent] = [:]
+    /// bluetoothd's queue of agents by owner: the first is the default agent (the first one
+    /// registered, or the last that asked to be), the next one takes over when it goes.
+    var defaultAgents: [String] = []
 
     // MARK: devices and objects
     var devices: [DeviceState]
@@ -89,6 +93,11 @@ actor Engine {
     /// `invalidated` when the property does not exist now (as gdbus does).
     func propertiesChanged(_ ref: ObjectRef, _ interface: String, _ names: [String]) {
         guard let path = path(of: ref), let current = properties(ref, interface) else { return }
+        // An attribute that is not (or no longer) exported has nothing to signal.
+        switch ref {
+        case .service, .characteristic, .descriptor: guard objects[path] == ref else { return }
+        default: break
+        }
         var changed: [(String, Value)] = []
         var invalidated: [String] = []
         for name in names {
@@ -147,7 +156,7 @@ actor Engine {
         case (Interface.introspectable, _): reply(call, [.string(introspect(path, ref))])
         case (Interface.properties, _): propertiesCall(call, ref)
         case (Interface.objectManager, _): reply(call, [managedObjects()])
-        case (Interface.agentManager, _): agentCall(call, member: member, sender: sender)
+        case (Interface.agentManager, _): agentManagerCall(call, member: member, sender: sender)
         case (Interface.profileManager, _): reply(call)
         case (Interface.adapter, _): adapterCall(call, member: member, sender: sender)
         case (Interface.device, .device(let d)): deviceCall(call, member: member, device: d, sender: sender)
@@ -166,30 +175,13 @@ actor Engine {
     }
 
     func clientVanished(_ name: String) {
-        agents.remove(name)
+        if agents[name] != nil { dropAgent(name) }
         if discoveryClients[name] != nil { removeDiscoveryClient(name) }
         for d in devices.indices {
-            for c in devices[d].characteristics.indices where devices[d].characteristics[c].sessions[name] != nil {
+            for c in devices[d].gatt.characteristics.indices where devices[d].gatt.characteristics[c].state.sessions[name] != nil {
                 endSession(device: d, characteristic: c, sender: name)
             }
-            if let pairing = devices[d].pairing, pairing.sender == name {
-                devices[d].pairing = nil
-                log("\(devices[d].address): pairing canceled, \(name) left the bus")
-            }
-        }
-    }
-
-    private func agentCall(_ call: Message, member: String, sender: String) {
-        switch member {
-        case "RegisterAgent":
-            guard agents.insert(sender).inserted else { return fail(call, BlueZError.alreadyExists) }
-            reply(call)
-        case "UnregisterAgent":
-            guard agents.remove(sender) != nil else { return fail(call, BusError(name: "org.bluez.Error.DoesNotExist", message: "No such Agent")) }
-            reply(call)
-        default:
-            guard agents.contains(sender) else { return fail(call, BusError(name: "org.bluez.Error.DoesNotExist", message: "No such Agent")) }
-            reply(call)
+            if devices[d].pairing?.sender == name { pairingCallerLeft(d) }
         }
     }
 
@@ -203,9 +195,9 @@ actor Engine {
         case .adapter: return Engine.adapterPath
         case .control: return Engine.controlPath
         case .device(let d): return devices[d].path
-        case .service(let d, let s): return devices[d].table.services[s].path
-        case .characteristic(let d, let c): return devices[d].table.characteristics[c].path
-        case .descriptor(let d, let x): return devices[d].table.descriptors[x].path
+        case .service(let d, let s): return devices[d].gatt.services[s].path
+        case .characteristic(let d, let c): return devices[d].gatt.characteristics[c].path
+        case .descriptor(let d, let x): return devices[d].gatt.descriptors[x].path
         }
     }
 
@@ -322,7 +314,7 @@ actor Engine {
     }
 
     private func serviceProperties(_ d: Int, _ s: Int) -> [(String, Value)] {
-        let service = devices[d].table.services[s]
+        let service = devices[d].gatt.services[s]
         return [
             ("UUID", .string(service.uuid.uuidString)),
             ("Device", .objectPath(devices[d].path)),
@@ -332,11 +324,11 @@ actor Engine {
     }
 
     private func characteristicProperties(_ d: Int, _ c: Int) -> [(String, Value)] {
-        let info = devices[d].table.characteristics[c]
-        let state = devices[d].characteristics[c]
+        let info = devices[d].gatt.characteristics[c]
+        let state = info.state
         var p: [(String, Value)] = [
             ("UUID", .string(info.uuid.uuidString)),
-            ("Service", .objectPath(devices[d].table.services[info.service].path)),
+            ("Service", .objectPath(devices[d].gatt.services[info.service].path)),
         ]
         if let cached = state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
         if info.canNotify { p.append(("Notifying", .bool(state.notifying))) }
@@ -348,12 +340,12 @@ actor Engine {
     }
 
     private func descriptorProperties(_ d: Int, _ x: Int) -> [(String, Value)] {
-        let info = devices[d].table.descriptors[x]
+        let info = devices[d].gatt.descriptors[x]
         var p: [(String, Value)] = [
             ("UUID", .string(info.uuid.uuidString)),
-            ("Characteristic", .objectPath(devices[d].table.characteristics[info.characteristic].path)),
+            ("Characteristic", .objectPath(devices[d].gatt.characteristics[info.characteristic].path)),
         ]
-        if let cached = devices[d].descriptors[x].cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
+        if let cached = info.state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
         return p
     }
 

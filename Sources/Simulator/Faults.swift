@@ -81,13 +81,7 @@ extension SimulatorConfiguration {
 
         /// Parses the JSON given to `SetFault`.
         public static func parse(_ json: String) throws(ConfigurationError) -> Faults {
-            do {
-                return try JSONDecoder().decode(Faults.self, from: Data(json.utf8))
-            } catch let error as DecodingError {
-                throw ConfigurationError.describe(error)
-            } catch {
-                throw ConfigurationError("not valid JSON: \(error)")
-            }
+            try SimulatorConfiguration.decodeJSON(Data(json.utf8))
         }
 
         public struct ConnectError: Codable, Sendable, Equatable {

@@ -14,6 +14,10 @@ import Synchronization
 /// - `SetValue(s address, s uuid, ay value, b notify)` sets a characteristic's value on the peripheral
 /// - `SetServiceData(s address, s uuid, ay data)` changes what the peripheral advertises as that
 ///   service's data from its next advertisement on (sensor payloads that change)
+/// - `SetServices(s address, s servicesJSON, b serviceChanged)` gives the peripheral new services
+///   (a firmware update); bluetoothd's objects, its GATT cache, follow when it discovers again
+/// - `SetPairing(s address, s pairingJSON)` replaces how a device pairs (`SimulatorConfiguration.Pairing`)
+/// - `DisplayedPasskey(s address) → u` the passkey a device displays while pairing
 /// - `Restart(u downMs)` plays bluetoothd exiting (links, discovery and notify sessions gone,
 ///   org.bluez released, no signals) and starting again `downMs` later (unpaired devices forgotten)
 /// - `SetPowered(b on)` powers the adapter off or on, as rfkill or a reset would

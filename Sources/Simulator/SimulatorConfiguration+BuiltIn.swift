@@ -14,7 +14,9 @@ extension SimulatorConfiguration {
     /// - F0:00:00:00:00:05 "Sim Eddystone": a non-connectable Eddystone-URL beacon.
     /// - F0:00:00:00:00:06...0D: sensors, one per format (BTHome and MiBeacon also encrypted),
     ///   each measuring anew every 2 to 3 s (`sensors`).
-    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors)
+    /// - F0:00:00:00:00:0E "Sim Lock": pairs as KeyboardDisplay with passkey 123456; its state
+    ///   (…-0011, "locked") needs an authenticated pairing to be read or written.
+    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors + [lock])
 
     private static func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text)! }
 
@@ -88,6 +90,25 @@ extension SimulatorConfiguration {
                 Characteristic(uuid: uuid("12345678-1234-5678-1234-56789abc0002"), flags: ["encrypt-authenticated-read"],
                                value: HexBytes(Array("secret-mitm".utf8))),
             ]),
+        ])
+
+    private static let lockService = uuid("12345678-1234-5678-1234-56789abc0010")
+
+    /// A smart lock with a keypad and a display: the central's agent decides the method (a
+    /// KeyboardOnly agent enters 123456, a DisplayOnly one displays what the lock's user types,
+    /// DisplayYesNo and KeyboardDisplay compare numbers, none: Just Works, which is not enough).
+    private static let lock = Device(
+        address: BluetoothAddress("F0:00:00:00:00:0E")!, name: "Sim Lock", rssi: -64, advertisingIntervalMs: 1000,
+        uuids: [lockService], pairing: Pairing(io: .keyboardDisplay, passkey: 123_456),
+        services: [
+            genericAttribute,
+            Service(uuid: lockService, characteristics: [
+                Characteristic(uuid: uuid("12345678-1234-5678-1234-56789abc0011"),
+                               flags: ["encrypt-authenticated-read", "encrypt-authenticated-write"],
+                               value: HexBytes(Array("locked".utf8)),
+                               accept: [HexBytes(Array("locked".utf8)), HexBytes(Array("unlocked".utf8))]),
+            ]),
+            deviceInformation([text("2A29", "gattway simulator"), text("2A26", "1.0.0")]),
         ])
 
     /// Apple iBeacon: 02 15, proximity UUID, major 1, minor 2, measured power -59 dBm.

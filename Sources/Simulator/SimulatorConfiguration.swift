@@ -8,7 +8,7 @@ import Glibc
 /// ```
 /// { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
 ///                "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
-///                "experimental": false },
+///                "pairingTimeoutMs": 30000, "experimental": false },
 ///   "devices": [ {
 ///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate",
 ///     "rssi": -55, "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
@@ -16,6 +16,7 @@ import Glibc
 ///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
 ///     "sensor": { see `Sensor` },
 ///     "mtu": 247, "connectDelayMs": 30, "responseDelayMs": 0,
+///     "pairing": { see `Pairing` },
 ///     "services": [ { "uuid": "180D", "primary": true, "handle": 10, "characteristics": [ {
 ///         "uuid": "2A37", "flags": ["notify"], "value": "0648", "text": "…(UTF-8 instead of value)",
 ///         "generator": "heartRate", "notifyIntervalMs": 1000, "echo": false,
@@ -65,14 +66,7 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
 
     /// Decodes and checks a JSON document.
     public static func decode(_ data: Data) throws(ConfigurationError) -> SimulatorConfiguration {
-        let configuration: SimulatorConfiguration
-        do {
-            configuration = try JSONDecoder().decode(SimulatorConfiguration.self, from: data)
-        } catch let error as DecodingError {
-            throw ConfigurationError.describe(error)
-        } catch {
-            throw ConfigurationError("not valid JSON: \(error)")
-        }
+        let configuration: SimulatorConfiguration = try decodeJSON(data)
         try configuration.validate()
         return configuration
     }
@@ -96,20 +90,33 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
             default:
                 break
             }
-            var next = AttributeTable.firstHandle
-            for (j, service) in device.services.enumerated() {
-                if let handle = service.handle {
-                    guard j == 0 || handle >= next else {
-                        throw ConfigurationError("devices[\(i)].services[\(j)].handle: \(handle) overlaps the previous service (next free handle is \(next))")
-                    }
-                    next = handle
+            try Self.validate(device.services, at: "devices[\(i)].services")
+        }
+    }
+
+    /// Service handles in order, none overlapping the previous service, all within 16 bits;
+    /// `place` names the list in messages ("devices[0].services").
+    static func validate(_ services: [Service], at place: String) throws(ConfigurationError) {
+        var next = AttributeTable.firstHandle
+        for (j, service) in services.enumerated() {
+            if let handle = service.handle {
+                guard j == 0 || handle >= next else {
+                    throw ConfigurationError("\(place)[\(j)].handle: \(handle) overlaps the previous service (next free handle is \(next))")
                 }
-                next += 1 + service.characteristics.reduce(0) { $0 + AttributeTable.handleCount(of: $1) }
-                guard next - 1 <= 0xFFFF else {
-                    throw ConfigurationError("devices[\(i)].services[\(j)]: attribute handles run past 0xFFFF")
-                }
+                next = handle
+            }
+            next += 1 + service.characteristics.reduce(0) { $0 + AttributeTable.handleCount(of: $1) }
+            guard next - 1 <= 0xFFFF else {
+                throw ConfigurationError("\(place)[\(j)]: attribute handles run past 0xFFFF")
             }
         }
+    }
+
+    /// Parses and checks the services JSON given to `SetServices` (a device's "services").
+    public static func parseServices(_ json: String) throws(ConfigurationError) -> [Service] {
+        let services: [Service] = try decodeJSON(Data(json.utf8))
+        try validate(services, at: "services")
+        return services
     }
 }
 
@@ -128,23 +135,28 @@ extension SimulatorConfiguration {
         /// How long a Connect to a device that does not answer hangs before it fails (the
         /// kernel's LE connection timeout).
         public var connectTimeoutMs: Int
+        /// How long pairing waits for the user (the agent's answer) before it gives up: the
+        /// Security Manager's timeout (30 s in Linux's smp.c), which drops the link; it comes
+        /// before bluetoothd's own 60 s for an agent request.
+        public var pairingTimeoutMs: Int
         /// Properties bluetoothd exports only with `--experimental` (Device1.AdvertisingFlags).
         public var experimental: Bool
 
         public init(address: BluetoothAddress = BluetoothAddress("00:1A:7D:DA:71:13")!, name: String = "gattway-sim",
                     powered: Bool = true, temporaryTimeoutSec: Int = 30, disconnectDelayMs: Int = 100,
-                    connectTimeoutMs: Int = 20_000, experimental: Bool = false) {
+                    connectTimeoutMs: Int = 20_000, pairingTimeoutMs: Int = 30_000, experimental: Bool = false) {
             self.address = address
             self.name = name
             self.powered = powered
             self.temporaryTimeoutSec = temporaryTimeoutSec
             self.disconnectDelayMs = disconnectDelayMs
             self.connectTimeoutMs = connectTimeoutMs
+            self.pairingTimeoutMs = pairingTimeoutMs
             self.experimental = experimental
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, experimental
+            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, pairingTimeoutMs, experimental
         }
 
         public init(from decoder: any Decoder) throws {
@@ -157,6 +169,7 @@ extension SimulatorConfiguration {
             temporaryTimeoutSec = try c.decodeInt(.temporaryTimeoutSec, default: d.temporaryTimeoutSec, in: 0...86_400)!
             disconnectDelayMs = try c.decodeInt(.disconnectDelayMs, default: d.disconnectDelayMs, in: 0...60_000)!
             connectTimeoutMs = try c.decodeInt(.connectTimeoutMs, default: d.connectTimeoutMs, in: 1...600_000)!
+            pairingTimeoutMs = try c.decodeInt(.pairingTimeoutMs, default: d.pairingTimeoutMs, in: 1...600_000)!
             experimental = try c.decode(.experimental, default: d.experimental)
         }
     }
@@ -189,6 +202,8 @@ extension SimulatorConfiguration {
         public var mtu: Int
         /// How long a successful Connect takes.
         public var connectDelayMs: Int
+        /// How it pairs (default: Just Works).
+        public var pairing: Pairing
         public var services: [Service]
         public var faults: Faults
 
@@ -197,7 +212,7 @@ extension SimulatorConfiguration {
                     advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
                     advertisingCounter: Bool = false, sensor: Sensor? = nil, mtu: Int = 247, connectDelayMs: Int = 30,
-                    services: [Service] = [], faults: Faults = Faults()) {
+                    pairing: Pairing = Pairing(), services: [Service] = [], faults: Faults = Faults()) {
             self.address = address
             self.addressType = addressType
             self.name = name
@@ -214,13 +229,14 @@ extension SimulatorConfiguration {
             self.sensor = sensor
             self.mtu = mtu
             self.connectDelayMs = connectDelayMs
+            self.pairing = pairing
             self.services = services
             self.faults = faults
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
-            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, services, faults
+            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, pairing, services, faults
         }
 
         public init(from decoder: any Decoder) throws {
@@ -244,6 +260,7 @@ extension SimulatorConfiguration {
             sensor = try c.decodeIfPresent(Sensor.self, forKey: .sensor)
             mtu = try c.decodeInt(.mtu, default: d.mtu, in: 23...517)!
             connectDelayMs = try c.decodeInt(.connectDelayMs, default: d.connectDelayMs, in: 0...600_000)!
+            pairing = try c.decode(.pairing, default: Pairing())
             services = try c.decode(.services, default: [])
             faults = try c.decode(.faults, default: Faults())
 
@@ -283,6 +300,7 @@ extension SimulatorConfiguration {
             try c.encodeIfPresent(sensor, forKey: .sensor)
             try c.encode(mtu, forKey: .mtu)
             try c.encode(connectDelayMs, forKey: .connectDelayMs)
+            try c.encode(pairing, forKey: .pairing)
             try c.encode(services, forKey: .services)
             try c.encode(faults, forKey: .faults)
         }

@@ -41,8 +41,8 @@ final class TaskBag: Sendable {
         }
     }
 
-    /// Runs `body` every `milliseconds` until cancelled.
-    func every(milliseconds: Int, _ body: @escaping @Sendable () async -> Void) {
+    /// Runs `body` every `milliseconds` until it answers false or the bag is closed.
+    func every(milliseconds: Int, _ body: @escaping @Sendable () async -> Bool) {
         let interval = Duration.milliseconds(max(milliseconds, 1))
         spawn {
             // Ticks on a schedule, so that a 1 ms notifier gives about 1 000 a second; after a
@@ -52,7 +52,7 @@ final class TaskBag: Sendable {
                 next += interval
                 if next < .now - interval { next = .now }
                 do { try await Task.sleep(until: next, clock: .continuous) } catch { return }
-                await body()
+                guard await body() else { return }
             }
         }
     }

@@ -51,16 +51,21 @@ let usage = """
                                           bind key, temperature and humidity, every 3 s
       F0:00:00:00:00:0D "Sim TLM"         Eddystone-TLM (FEAA): battery voltage, temperature,
                                           advertisements sent, uptime; every 2 s; non-connectable
+      F0:00:00:00:00:0E "Sim Lock"        pairs as KeyboardDisplay, passkey 123456;
+                                          12345678-1234-5678-1234-56789abc0011 "locked"
+                                          (encrypt-authenticated read/write: after an
+                                          authenticated Pair; Just Works gets ATT 0x0e)
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
       { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
                      "temporaryTimeoutSec": 30, "disconnectDelayMs": 100,
-                     "connectTimeoutMs": 20000, "experimental": false },
+                     "connectTimeoutMs": 20000, "pairingTimeoutMs": 30000, "experimental": false },
         "devices": [ { "address": "F0:00:00:00:00:10", "name": "Thermo", "rssi": -60,
             "rssiJitter": 3, "txPower": 0, "connectable": true, "advertisingIntervalMs": 1000,
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
             "advertisingCounter": false, "serviceData": {"181A": "00"}, "mtu": 247,
             "connectDelayMs": 30,
+            "pairing": { "io": "DisplayOnly", "passkey": 123456, "entersWrong": false },
             "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "<32 hex digits>" },
             "services": [ { "uuid": "181A", "primary": true, "handle": 10, "characteristics": [
               { "uuid": "2A6E", "flags": ["read", "notify"], "value": "e803",
@@ -80,6 +85,12 @@ let usage = """
         every intervalMs (100 to 3600000, default 2000), sent with the next advertisements;
         bindKey (bthome and mibeacon, 16 bytes): every payload AES-CCM encrypted with it
         (a mibeacon then as MiBeacon v5 without its MAC).
+      pairing: the device's IO capability (DisplayOnly | DisplayYesNo | KeyboardOnly |
+        NoInputNoOutput, the default: Just Works | KeyboardDisplay), the passkey it displays
+        (0-999999, else random each time), entersWrong: it mistypes the central's passkey.
+        With the agent's capability it gives the method (RequestPasskey, DisplayPasskey,
+        RequestConfirmation or none); agent errors, wrong passkeys: AuthenticationFailed;
+        no answer within pairingTimeoutMs: the link drops, Cancel(), AuthenticationCanceled.
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
       { "connectError": { "name": "org.bluez.Error.Failed",
@@ -97,6 +108,13 @@ let usage = """
       ResetCounters()
       SetValue(s address, s uuid, ay value, b notify)   set a characteristic on the peripheral
       SetServiceData(s address, s uuid, ay data)        advertise this service data from now on
+      SetServices(s address, s servicesJSON, b serviceChanged)   a firmware update: new services;
+                                         bluetoothd's objects (its cache) follow at once with
+                                         Service Changed while connected, at the next connection
+                                         for a bonded device or another Database Hash, else only
+                                         after RemoveDevice (stale: gone handles answer ATT 0x01)
+      SetPairing(s address, s pairingJSON)   replace a device's "pairing"
+      DisplayedPasskey(s address) -> u   the passkey the device displays while pairing
       Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
                                          gone, unpaired devices forgotten) and is back downMs later
       SetPowered(b on)                   power the adapter off or on (links and discovery end)
@@ -105,7 +123,8 @@ let usage = """
              io.gattway.Simulator1 DropLink s F0:00:00:00:00:01
 
     Not simulated: AcquireNotify/AcquireWrite (NotSupported; StartNotify works), BR/EDR,
-    advertising and GATT server roles, agents' pairing dialogs (pairing is Just Works).
+    advertising and GATT server roles, incoming pairing and authorization requests, the MITM
+    pairing bluetoothd starts by itself for an authenticated attribute.
     """
 
 /// One line to stdout, flushed at once (the first line is read by scripts).

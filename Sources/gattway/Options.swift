@@ -1,3 +1,4 @@
+import BLE
 import GatewayCore
 import HTTPAPI
 import MQTTBridge
@@ -27,6 +28,10 @@ struct Options {
     var forgetAfter: Duration { .milliseconds(Int(forgetAfterSeconds * 1000)) }
     /// A device connected for `connect=auto` is disconnected after this long without requests.
     var idleDisconnectSeconds = 60.0
+    /// How gattway pairs (`--pairing-io`, `--pairing-default-agent`, `--pairing-timeout`).
+    var pairingIO = PairingIO.noInputNoOutput
+    var pairingDefaultAgent = false
+    var pairingTimeoutSeconds = 25.0
     /// nil: the default (see `stateDirectory`); Some(nil): keep nothing; Some(path): there.
     var stateDir: String??
     /// Access: a token file (`--tokens`), tokens from `GATTWAY_TOKENS`, listed browser origins,
@@ -133,6 +138,19 @@ struct Options {
                            a device gattway connected by itself for a ?connect=auto read is
                            disconnected after this long without requests on it (and nothing
                            holding its notifications); never one a client connected (default 60)
+      --pairing-io CAPABILITY
+                           the IO capabilities gattway's pairing agent declares (BlueZ's names:
+                           DisplayOnly, DisplayYesNo, KeyboardOnly, NoInputNoOutput,
+                           KeyboardDisplay). Default NoInputNoOutput: Just Works only, as a box
+                           without screen or keyboard honestly can. KeyboardDisplay lets clients
+                           enter passkeys and confirm numbers (`pairing` events, POST
+                           /v1/devices/{id}/pairing): what devices that need MITM protection need
+      --pairing-default-agent
+                           also be BlueZ's default agent (then gattway answers pairings that other
+                           programs or the devices start, too)
+      --pairing-timeout SECONDS
+                           how long a pairing question waits for a client's answer before it is
+                           declined (default 25; the pairing itself gives up after 30)
       --state-dir DIR      where what clients asked for is kept across restarts: devices kept
                            connected, notification holds, a running scan (state.json, written
                            atomically; restored at start; GET /v1/restoration). Default:
@@ -309,6 +327,18 @@ struct Options {
                         throw UsageError("--idle-disconnect takes seconds, more than 0 and at most 86400")
                     }
                     options.idleDisconnectSeconds = n
+                case "--pairing-io":
+                    let name = try value()
+                    guard let io = PairingIO(rawValue: name) else {
+                        throw UsageError("--pairing-io takes one of \(PairingIO.names), not \"\(name)\"")
+                    }
+                    options.pairingIO = io
+                case "--pairing-default-agent": options.pairingDefaultAgent = true
+                case "--pairing-timeout":
+                    guard let n = Double(try value()), n >= 1, n <= 120 else {
+                        throw UsageError("--pairing-timeout takes seconds, from 1 to 120")
+                    }
+                    options.pairingTimeoutSeconds = n
                 case "--state-dir":
                     let dir = try value()
                     guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }

@@ -228,9 +228,11 @@ func run(_ options: Options) async -> Int32 {
         address = Connection.systemBusAddress
     }
 
+    let pairing = PairingOptions(io: options.pairingIO, defaultAgent: options.pairingDefaultAgent,
+                                 answerDeadline: .milliseconds(Int(options.pairingTimeoutSeconds * 1000)))
     let central = BlueZCentral(busAddress: address, adapter: options.adapter,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
-                               forgetAfter: options.forgetAfter, log: log)
+                               forgetAfter: options.forgetAfter, pairing: pairing, log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))

@@ -97,6 +97,31 @@ package final class FakeCentral: Central {
     package func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async {
         _ = try? await setNotifyValue(true, id, characteristic: characteristic)
     }
+    /// What `pair` and `answerPairing` were given, and the question `pairingRequest` answers.
+    package let pairings = Mutex<(pairs: [PairingAnswer?], answers: [PairingAnswer], waiting: PairingRequest?)>(([], [], nil))
+    package func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        var paired = try await peripheral(id)
+        pairings.withLock { $0.pairs.append(answer) }
+        (paired.paired, paired.bonded) = (true, true)
+        return paired
+    }
+    package func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) {
+        try pairings.withLock { p throws(BLEError) in
+            guard let waiting = p.waiting, answer.answers(waiting) else {
+                throw BLEError(.invalidParameters, "no pairing request of \(id) is waiting for an answer")
+            }
+            p.answers.append(answer)
+            p.waiting = nil
+        }
+    }
+    package func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest? { pairings.withLock { $0.waiting } }
+    package func removeBond(_ id: BluetoothAddress) async throws(BLEError) { throw BLEError(.operationNotSupported, "the fake keeps no bonds") }
+    package func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        throw BLEError(.operationNotSupported, "the fake trusts no one")
+    }
+    package func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService] {
+        throw BLEError(.operationNotSupported, "the fake has no cache")
+    }
 }
 
 

@@ -92,6 +92,20 @@ final class LinkCentral: Central {
     func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async {
         _ = try? await setNotifyValue(true, id, characteristic: characteristic)
     }
+    func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        throw BLEError(.operationNotSupported, "LinkCentral cannot pair")
+    }
+    func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) {
+        throw BLEError(.invalidParameters, "no pairing request of \(id) is waiting for an answer")
+    }
+    func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest? { nil }
+    func removeBond(_ id: BluetoothAddress) async throws(BLEError) { throw BLEError(.operationNotSupported, "LinkCentral keeps no bonds") }
+    func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        throw BLEError(.operationNotSupported, "LinkCentral trusts no one")
+    }
+    func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService] {
+        throw BLEError(.operationNotSupported, "LinkCentral has no cache")
+    }
 }
 
 @Suite struct PollingRouteTests {

@@ -10,7 +10,7 @@ struct ConfigurationTests {
         #expect(SimulatorConfiguration.builtIn.devices.map(\.address.description) == [
             "F0:00:00:00:00:01", "F0:00:00:00:00:02", "F0:00:00:00:00:03", "F0:00:00:00:00:04", "F0:00:00:00:00:05",
             "F0:00:00:00:00:06", "F0:00:00:00:00:07", "F0:00:00:00:00:08", "F0:00:00:00:00:09", "F0:00:00:00:00:0A",
-            "F0:00:00:00:00:0B", "F0:00:00:00:00:0C", "F0:00:00:00:00:0D",
+            "F0:00:00:00:00:0B", "F0:00:00:00:00:0C", "F0:00:00:00:00:0D", "F0:00:00:00:00:0E",
         ])
         let json = try JSONEncoder().encode(SimulatorConfiguration.builtIn)
         #expect(try SimulatorConfiguration.decode(json) == .builtIn)
@@ -43,6 +43,9 @@ struct ConfigurationTests {
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "services": [{"uuid": "180D", "generator": "x"}]}]}"#, "devices[0].services[0].generator: unknown key"),
         (#"{"devices": [}"#, "not valid JSON"),
         (#"{"adapter": {"powered": "yes"}}"#, "adapter.powered: expected true or false"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"io": "Keyboard"}}]}"#, "devices[0].pairing.io"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"passkey": 1000000}}]}"#,
+         "devices[0].pairing.passkey: 1000000 is out of range 0...999999"),
     ])
     func errors(json: String, expected: String) {
         do {

@@ -19,6 +19,7 @@ final class Sim: Sendable {
     static let secure = "F0:00:00:00:00:03"
     static let beacon = "F0:00:00:00:00:04"
     static let eddystone = "F0:00:00:00:00:05"
+    static let lock = "F0:00:00:00:00:0E"
     static let adapter = "/org/bluez/hci0"
 
     private init(_ configuration: SimulatorConfiguration) throws {

@@ -13,6 +13,8 @@ SIM = {
     "serial": "F0:00:00:00:00:02",
     "secure": "F0:00:00:00:00:03",
     "duplicated_180a": "F0:00:00:00:00:02",
+    # KeyboardDisplay, passkey 123456; its state 12345678-...-56789abc0011 needs an authenticated Pair.
+    "lock": "F0:00:00:00:00:0E",
     "connect_timeout": 10,
 }
 
@@ -38,6 +40,7 @@ def realbluez():
         "serial": periph,
         "secure": periph,
         "duplicated_180a": periph,
+        "lock": None,  # no fixed-passkey device: RB-Periph pairs as its agent (RB_AGENT) allows
         "connect_timeout": 20,
         "state_dir": env.get("RB_STATE_DIR", os.path.dirname(env_file)),
     }

@@ -198,6 +198,55 @@ function renderDeviceHead() {
   $("device-info").textContent = `${d.address || d.id} · ${d.addressType || ""} · RSSI ${d.rssi ?? "?"} dBm · last seen ${ago(d.lastSeen) || "?"}`;
   $("device-connect").disabled = d.state === "connected" || d.state === "connecting";
   $("device-disconnect").disabled = d.state !== "connected";
+  $("device-pair").disabled = d.paired === true;
+  $("device-unbond").disabled = d.paired !== true;
+}
+
+// ---- pairing: what a pairing asks (`pairing` events), answered with POST …/pairing ----
+
+let pairingAsked = null; // { device, request, passkey }
+
+function showPairing(m) {
+  const form = $("pairing");
+  if (m.state !== "request") {
+    if (pairingAsked?.device === m.device) { pairingAsked = null; form.hidden = true; }
+    if (m.state === "failed") showError(new APIError(0, { error: m.error }), `pair ${m.device}`);
+    const d = devices.get(m.device);
+    if (d && m.state === "paired") { d.paired = true; if (m.device === selected) renderDeviceHead(); }
+    return;
+  }
+  const name = devices.get(m.device)?.name || m.device;
+  const asks = {
+    passkey: [`${name} shows a passkey: enter it.`, true, "Enter"],
+    pinCode: [`Enter ${name}'s PIN code.`, true, "Enter"],
+    confirm: [`Does ${name} show ${m.passkey}?`, false, "Yes"],
+    authorize: [`Allow ${name} to pair?`, false, "Yes"],
+    authorizeService: [`Allow ${name} to use service ${m.uuid}?`, false, "Yes"],
+    displayPasskey: [`Type ${m.passkey} on ${name}.`, false, null],
+    displayPinCode: [`Type ${m.pinCode} on ${name}.`, false, null],
+  }[m.request];
+  if (!asks) return;
+  const [question, typed, yes] = asks;
+  pairingAsked = m;
+  $("pairing-text").textContent = question;
+  $("pairing-passkey").hidden = !typed;
+  $("pairing-passkey").value = "";
+  $("pairing-yes").hidden = !yes;
+  $("pairing-yes").textContent = yes || "";
+  $("pairing-no").hidden = !yes || typed;
+  form.hidden = false;
+  if (m.device !== selected) openDevice(m.device);
+  (typed ? $("pairing-passkey") : $("pairing-yes")).focus();
+}
+
+function answerPairing(yes) {
+  const m = pairingAsked;
+  if (!m) return;
+  const typed = $("pairing-passkey").value.trim();
+  const body = m.request === "passkey" ? { passkey: Number(typed) } : m.request === "pinCode" ? { pinCode: typed } : { confirm: yes };
+  $("pairing").hidden = true;
+  pairingAsked = null;
+  attempt(`answer ${m.device}'s pairing`, () => api("POST", devicePath(m.device) + "/pairing", body));
 }
 
 async function openDevice(id) {
@@ -425,7 +474,7 @@ function connectStream() {
   ws.onopen = () => {
     wsRetry = 1000;
     setBadge($("stream"), "live", "ok");
-    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "advertisement", "connection", "sensor"] }));
+    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "advertisement", "connection", "sensor", "pairing", "servicesChanged"] }));
     while (outbox.length) ws.send(JSON.stringify(outbox.shift()));
     refreshDevices();
     refreshSensors();
@@ -475,6 +524,12 @@ function onStreamMessage(m) {
       if (view) view.received(m);
       break;
     }
+    case "pairing":
+      showPairing(m);
+      break;
+    case "servicesChanged":
+      if (m.device === selected) { gattTree = null; views.clear(); loadGATT(); }
+      break;
     case "dropped":
       showError(new Error(`${m.count} event(s) dropped: this page read too slowly`), "events");
       break;
@@ -525,6 +580,25 @@ async function start() {
       await refreshDevices();
     });
   });
+  $("device-pair").addEventListener("click", () => {
+    const id = selected;
+    attempt(`pair ${id}`, async () => {
+      const d = await api("POST", devicePath(id) + "/pair", {});
+      devices.set(id, { ...devices.get(id), ...d });
+      renderDeviceHead();
+    });
+  });
+  $("device-unbond").addEventListener("click", () => {
+    const id = selected;
+    attempt(`forget ${id}'s bond`, async () => {
+      await api("DELETE", devicePath(id) + "/bond");
+      const d = devices.get(id);
+      if (d) { d.paired = false; d.bonded = false; }
+      renderDeviceHead();
+    });
+  });
+  $("pairing").addEventListener("submit", (e) => { e.preventDefault(); answerPairing(true); });
+  $("pairing-no").addEventListener("click", () => answerPairing(false));
   $("device-close").addEventListener("click", closeDevice);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && selected) closeDevice(); });
 

@@ -200,6 +200,21 @@ final class Probe: Central {
         return enabled
     }
     func keepNotifying(_ id: BluetoothAddress, characteristic: UInt16) async { called("keepNotifying") }
+    func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        called("pair")
+        return try await peripheral(id)
+    }
+    func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) { called("answerPairing") }
+    func pairingRequest(_ id: BluetoothAddress) async -> PairingRequest? { nil }
+    func removeBond(_ id: BluetoothAddress) async throws(BLEError) { called("removeBond") }
+    func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
+        called("setTrusted")
+        return try await peripheral(id)
+    }
+    func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService] {
+        called("refreshGATT")
+        return []
+    }
 }
 
 let adapter = ObjectPath(trusted: "/org/bluez/hci0")

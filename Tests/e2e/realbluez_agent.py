@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""A pairing agent for the realbluez VM's bluetoothd, run inside the guest by
+test_pairing_realbluez.py (with the guest's /usr/bin/python3, python3-dbus and python3-gi): it
+registers with the capability given (DisplayOnly: it shows passkeys) and becomes the default
+agent, so the peripheral's side of a pairing (hci1) shows its passkey here, as a device shows it
+on its screen. Each call is one line in the log file given; it answers questions with yes.
+
+Usage: realbluez_agent.py CAPABILITY LOGFILE. Stops on SIGTERM (the default agent goes back to
+the one registered before)."""
+import signal
+import sys
+import time
+
+import dbus
+import dbus.mainloop.glib
+import dbus.service
+from gi.repository import GLib
+
+PATH = "/gattway/test/agent"
+capability, logfile = sys.argv[1], sys.argv[2]
+out = open(logfile, "a", buffering=1)
+
+
+def log(*words):
+    out.write("[%.3f] %s\n" % (time.monotonic(), " ".join(str(w) for w in words)))
+
+
+class Agent(dbus.service.Object):
+    @dbus.service.method("org.bluez.Agent1")
+    def Release(self):
+        log("Release")
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="ouq")
+    def DisplayPasskey(self, device, passkey, entered):
+        log("DisplayPasskey", device, "%06d" % passkey, entered)
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="ou")
+    def RequestConfirmation(self, device, passkey):
+        log("RequestConfirmation", device, "%06d" % passkey)
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="o")
+    def RequestAuthorization(self, device):
+        log("RequestAuthorization", device)
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="os")
+    def AuthorizeService(self, device, uuid):
+        log("AuthorizeService", device, uuid)
+
+    @dbus.service.method("org.bluez.Agent1")
+    def Cancel(self):
+        log("Cancel")
+
+
+dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+bus = dbus.SystemBus()
+Agent(bus, PATH)
+manager = dbus.Interface(bus.get_object("org.bluez", "/org/bluez"), "org.bluez.AgentManager1")
+manager.RegisterAgent(PATH, capability)
+manager.RequestDefaultAgent(PATH)
+log("registered", capability)
+loop = GLib.MainLoop()
+
+
+def stop(*_):
+    try:
+        manager.UnregisterAgent(PATH)
+        log("unregistered")
+    finally:
+        loop.quit()
+
+
+signal.signal(signal.SIGTERM, stop)
+loop.run()
