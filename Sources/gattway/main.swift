@@ -315,7 +315,8 @@ func run(_ options: Options) async -> Int32 {
     return 0
 }
 
-switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } }) {
+switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } },
+                    readFile: readFile) {
 case .exit(let code, let message):
     if code == 0 { print(message) } else { writeError(message + "\n") }
     exit(code)
