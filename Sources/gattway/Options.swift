@@ -229,6 +229,8 @@ struct Options {
                                 defaults for the options above; flags (and --config) win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
+      JOURNAL_STREAM            set by systemd when stderr is the journal's stream: each line
+                                then starts with its priority (<6>, <4>, <3>) instead of the time
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
     /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events on /v1/events (SSE)

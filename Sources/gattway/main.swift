@@ -12,18 +12,6 @@ import Synchronization
 
 let gattwayVersion = "0.1.0"
 
-/// One line on stderr, with the time.
-@Sendable func log(_ message: String) {
-    let now = Timestamp.iso8601(Date())
-    writeError("\(now) \(message)\n")
-}
-
-/// Writes to stderr (fd 2) in one call, so lines from different threads do not interleave.
-@Sendable func writeError(_ text: String) {
-    var bytes = Array(text.utf8)
-    _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
-}
-
 /// SIGINT and SIGTERM, caught from the moment this is made (before anything starts, so that a
 /// signal during start-up still stops gattway cleanly) until `wait` returns one.
 final class TerminationSignals {
@@ -134,13 +122,13 @@ func reloadTokens(_ options: Options, _ access: AccessControl) {
     do {
         let set = try loadTokens(options)
         if set.isEmpty && access.requiresTokens {
-            log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)")
+            log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)", .warning)
             return
         }
         access.replaceTokens(set)
         log("tokens: SIGHUP: \(set.count) token(s) in force, \(set.readOnlyCount) read-only")
     } catch {
-        log("tokens: SIGHUP: \(error); keeping the tokens in force")
+        log("tokens: SIGHUP: \(error); keeping the tokens in force", .warning)
     }
 }
 
@@ -150,7 +138,7 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
         gateway.replaceSensorKeys(keys)
         log("sensors: SIGHUP: \(keys.count) bind key(s) from \(options.sensorKeysFile ?? "")")
     } catch {
-        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force")
+        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force", .warning)
     }
 }
 
@@ -205,7 +193,7 @@ func run(_ options: Options) async -> Int32 {
         do {
             tls = try TLSCredentials(certificateFile: certificate, keyFile: key)
         } catch {
-            log("gattway: TLS: \(error)")
+            log("gattway: TLS: \(error)", .error)
             return 2
         }
     }
@@ -219,7 +207,7 @@ func run(_ options: Options) async -> Int32 {
             address = started.bus.address
             log("simulating BlueZ (\(simulate ?? "built-in devices")) on DBUS_SYSTEM_BUS_ADDRESS=\(started.bus.address)")
         } catch {
-            log("gattway: cannot start the simulator: \(error)")
+            log("gattway: cannot start the simulator: \(error)", .error)
             return 1
         }
     } else {
@@ -235,7 +223,7 @@ func run(_ options: Options) async -> Int32 {
     if status.reason?.contains("D-Bus system bus") == true {
         log("gattway: is dbus running? In a container: is /run/dbus mounted, and does the host know the uid"
             + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate."
-            + " Serving meanwhile; the bus is tried again with backoff.")
+            + " Serving meanwhile; the bus is tried again with backoff.", .warning)
     }
 
     // One descriptor per connection, and some for the bus, the log and the server's own.
@@ -245,7 +233,7 @@ func run(_ options: Options) async -> Int32 {
     if descriptors < maxConnections + Server.defaultConnectionReserve + spare {
         maxConnections = max(1, descriptors - Server.defaultConnectionReserve - spare)
         log("gattway: only \(descriptors) file descriptors are allowed (ulimit -n); serving at most \(maxConnections) connections"
-            + " instead of \(options.maxConnections)")
+            + " instead of \(options.maxConnections)", .warning)
     }
     let maxStreams = min(options.maxStreams, maxConnections)
     let environment: (String) -> String? = { key in getenv(key).map { String(cString: $0) } }
@@ -253,7 +241,7 @@ func run(_ options: Options) async -> Int32 {
         Glibc.access(path, W_OK | X_OK) == 0 || (mkdir(path, 0o750) == 0)
     }
     if let dir = stateDirectory, !makeDirectories(dir) {
-        log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts")
+        log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts", .warning)
         stateDirectory = nil
     }
     log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
@@ -284,7 +272,7 @@ func run(_ options: Options) async -> Int32 {
             return response
         }
     } catch {
-        log("gattway: \(error)")
+        log("gattway: \(error)", .error)
         return 1
     }
     Task {
