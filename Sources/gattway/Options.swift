@@ -231,6 +231,10 @@ struct Options {
                                 addition to --tokens FILE
       JOURNAL_STREAM            set by systemd when stderr is the journal's stream: each line
                                 then starts with its priority (<6>, <4>, <3>) instead of the time
+      NOTIFY_SOCKET, WATCHDOG_USEC
+                                set by systemd (Type=notify, WatchdogSec=): gattway says READY=1
+                                once it serves, and WATCHDOG=1 every third of WATCHDOG_USEC while
+                                its HTTP server and its D-Bus thread answer
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
     /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events on /v1/events (SSE)

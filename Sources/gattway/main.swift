@@ -147,6 +147,7 @@ func urlHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host
 
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
+    let service = ServiceManager.fromEnvironment()
     let access: AccessControl
     do {
         let tokens = try loadTokens(options)
@@ -254,6 +255,8 @@ func run(_ options: Options) async -> Int32 {
                           sensorKeys: sensorKeys, log: log)
     hangUp.reload(sensorKeysOf: gateway)
     let serve = gateway.handler()
+    // Marks the watchdog's own requests, which are not logged (one every few seconds).
+    let watchdogMark = String(UInt64.random(in: 1...UInt64.max), radix: 16)
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let server: Server
@@ -268,7 +271,9 @@ func run(_ options: Options) async -> Int32 {
             let response = await serve(request)
             let elapsed = ContinuousClock.now - start
             let tenths = elapsed.components.seconds * 10_000 + elapsed.components.attoseconds / 100_000_000_000_000
-            log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")
+            if request.headers["x-gattway-watchdog"] != watchdogMark {
+                log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")
+            }
             return response
         }
     } catch {
@@ -286,9 +291,31 @@ func run(_ options: Options) async -> Int32 {
     // A wildcard address is no place to browse to; loopback is one of the addresses it covers.
     let browsable = ["0.0.0.0", "::"].contains(options.host) ? (options.host == "::" ? "::1" : "127.0.0.1") : options.host
     log("dashboard: open \(scheme)://\(urlHost(browsable)):\(server.port)/ in a browser")
+    service.notify("READY=1\nSTATUS=listening on \(scheme)://\(urlHost(options.host)):\(server.port)")
+    let watchdog = service.watchdogInterval.map { interval in
+        Watchdog(interval: interval, manager: service, checks: [
+            .init(name: "the HTTP server") { timeout in
+                server.selfCheck("/v1/state", headers: ["X-Gattway-Watchdog": watchdogMark], timeout: timeout) != nil
+            },
+            .init(name: "the D-Bus thread") { timeout in
+                let ran = DispatchSemaphore(value: 0)
+                // No bus connection is no wedge: gattway serves meanwhile and connects again.
+                guard central.onBusThread({ ran.signal() }) else { return true }
+                return ran.wait(timeout: .now() + .nanoseconds(Int(timeout.inSeconds * 1e9))) == .success
+            },
+        ])
+    }
+    watchdog?.start()
+    if let interval = service.watchdogInterval { log("watchdog: WATCHDOG=1 every \(interval / 3) while HTTP and D-Bus answer") }
+    #if DEBUG
+    let stalls = Stalls(http: { server.stallForTesting() }, bus: { _ = central.onBusThread { while true { sleep(3600) } } })
+    defer { withExtendedLifetime(stalls) {} }
+    #endif
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
+    service.notify("STOPPING=1")
+    watchdog?.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
         await mqtt.exposer?.stop()
