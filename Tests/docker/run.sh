@@ -93,10 +93,10 @@ fi
 step "build the image"
 # The context is what the Dockerfile copies: a .build/ of several hundred MB stays out of it
 # (a .dockerignore is not allowed at the top level).
-tar -cf - Package.swift Sources Docker \
+tar -cf - Package.swift Sources Docker Packaging/build-release \
     | docker build --network host --force-rm -f Docker/Dockerfile -t "$image" - > "$work/build.log" 2>&1 \
     || fail "docker build (its log follows)"
-grep -E '^(Step [0-9]+/[0-9]+ : RUN swift build|Build of product|Successfully built)' "$work/build.log" | cut -c1-120
+grep -E '^(Step [0-9]+/[0-9]+ : RUN Packaging/build-release|Build of product|Successfully built)' "$work/build.log" | cut -c1-120
 grep -q -- '---> Using cache' "$work/build.log" && echo "(some layers from cache)"
 
 step "gattway-sim on the host"
