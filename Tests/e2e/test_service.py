@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Gateway, binary
+from conftest import ROOT, Gateway, binary
 from test_bus_loss import bus  # noqa: F401 (a fixture)
 from test_tls import certificate  # noqa: F401 (a fixture)
 
@@ -124,6 +124,16 @@ def test_a_mistake_in_the_config_file_stops_gattway_with_its_line(tmp_path, line
 def test_a_config_file_that_cannot_be_read_stops_gattway(tmp_path):
     out = subprocess.run([binary("gattway"), "--config", str(tmp_path / "missing.conf")], capture_output=True, text=True, timeout=10)
     assert out.returncode == 2 and "cannot read" in out.stderr and "No such file" in out.stderr
+
+
+def test_the_packaged_config_file_lists_every_option():
+    help_text = subprocess.run([binary("gattway"), "--help"], capture_output=True, text=True, timeout=10).stdout
+    options = set(re.findall(r"^  --([a-z-]+)", help_text, re.M)) - {"help", "version", "config"}
+    assert len(options) > 30
+    with open(os.path.join(ROOT, "Packaging", "gattway.conf")) as f:
+        listed = set(re.findall(r"^#?([a-z][a-z-]+)(?:\s|$)", f.read(), re.M))
+    assert sorted(options - listed) == []
+    assert sorted(listed - options) == []
 
 
 # --- the journal ------------------------------------------------------------------------------
