@@ -21,66 +21,32 @@
 # Usage: Tests/packaging/run.sh [GATTWAY-SIM]   (default: the debug build's gattway-sim)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repo=$PWD
-lab="$(dirname "$repo")/shared/dockerlab"
 sim_bin=${1:-"$(swift build --show-bin-path)/gattway-sim"}
 systemd_image=gattway-systemd:test
 exposure_limit=2.0
 
-work=$(mktemp -d /tmp/gattway-packaging-test.XXXXXX)
-ctr="" sim_pid="" failed_step=""
-declare -a timings=()
-now() { date +%s%3N; }   # milliseconds
-since() { local ms=$(( $(now) - $1 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
-t_run=$(now) t_step="" step_name=""
-end_step() { [ -z "$step_name" ] || timings+=("$(printf '%6ss  %s' "$(since "$t_step")" "$step_name")"); }
-step() { end_step; step_name=$1 t_step=$(now); printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
-fail() { failed_step=$step_name; echo "FAIL: $*" >&2; exit 1; }
+ctr="" sim_pid=""
+# shellcheck source=../docker/steps.sh
+source Tests/docker/steps.sh gattway-packaging-test
 
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    set +e
-    if [ "$rc" -ne 0 ]; then
-        echo "--- failed in step: ${failed_step:-$step_name}"
-        for log in "$work"/*.log; do [ -s "$log" ] && { echo "--- $(basename "$log") (last 40 lines)"; tail -n 40 "$log"; }; done
-        if [ -n "$ctr" ]; then
-            echo "--- the container's gattway journal, or its gattway log"
-            docker exec "$ctr" sh -c 'journalctl -u gattway --no-pager -n 60 2>/dev/null || cat /tmp/gattway.log' 2>&1 | tail -n 60
-        fi
+show_failure() {
+    for log in "$work"/*.log; do [ -s "$log" ] && { echo "--- $(basename "$log") (last 40 lines)"; tail -n 40 "$log"; }; done
+    if [ -n "$ctr" ]; then
+        echo "--- the container's gattway journal, or its gattway log"
+        docker exec "$ctr" sh -c 'journalctl -u gattway --no-pager -n 60 2>/dev/null || cat /tmp/gattway.log' 2>&1 | tail -n 60
     fi
+}
+tidy_up() {
     [ -z "$ctr" ] || docker rm -f "$ctr" >/dev/null 2>&1
     if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null; wait "$sim_pid" 2>/dev/null; fi
-    rm -rf "$work"
-    exit "$rc"
 }
-trap cleanup EXIT
 
 # `in_ctr CMD`: a bash command in the container.
 in_ctr() { docker exec "$ctr" bash -c "$1"; }
-# `wait_for SECONDS CMD...`: polls CMD every 0.2 s until it succeeds (readiness only).
-wait_for() {
-    local deadline=$(( $(now) + $1 * 1000 )); shift
-    until "$@"; do
-        (( $(now) > deadline )) && return 1
-        sleep 0.2
-    done
-}
-free_port() {
-    local port=$1
-    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-    echo "$port"
-}
 state_is() { [[ $(curl -s --max-time 5 "http://127.0.0.1:$port/v1/state" || true) == *"\"state\":\"$1\""* ]]; }
 expect() { [[ $2 == *"$1"* ]] || fail "expected \"$1\" in: $2"; }
 
-step "docker engine"
-if [ -f "$lab/start" ]; then
-    bash "$lab/start" > "$work/lab.log" 2>&1 || { cat "$work/lab.log"; fail "dockerlab start"; }
-    grep -E '^dockerlab ready' "$work/lab.log" || true
-elif ! docker info >/dev/null 2>&1; then
-    fail "no docker engine, and no $lab/start"
-fi
+start_docker
 
 step "Packaging/build-deb, revisions 1 and 2"
 Packaging/build-deb --revision 1 > "$work/build-deb.log" 2>&1 || fail "build-deb --revision 1"
@@ -269,9 +235,5 @@ in_ctr 'DEBIAN_FRONTEND=noninteractive apt-get remove -y -q gattway' > "$work/ap
 (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && fail "port $port still answers"
 echo "gattway.service: $(in_ctr 'systemctl is-active gattway' || true)"
 
-end_step
-step_name=""
-printf '\n== timings\n'
-printf '%s\n' "${timings[@]}"
-printf '%6ss  total\n' "$(since "$t_run")"
+print_timings
 echo "packaging: all passed (exposure $exposure)"
