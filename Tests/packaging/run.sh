@@ -15,8 +15,9 @@
 #      org.bluez on the container's system bus, where only the package's D-Bus policy lets
 #      gattway call it (without the policy: unauthorized): poweredOn, a scan, a connect, a read;
 #      `systemctl reload` takes a new token; journal lines carry their priority and no time of
-#      their own; a gattway stopped with SIGSTOP is restarted by the watchdog (state restored);
-#      remove stops the service.
+#      their own; a mistake in gattway.conf fails the service without restarts, its FILE:LINE
+#      a PRIORITY=3 line; a gattway stopped with SIGSTOP is restarted by the watchdog (state
+#      restored); remove stops the service.
 # A drop-in for the test gives the service a free port and WatchdogSec=3s.
 # Usage: Tests/packaging/run.sh [GATTWAY-SIM]   (default: the debug build's gattway-sim)
 set -euo pipefail
@@ -216,8 +217,22 @@ grep -qx "gattway $version listening on http://127.0.0.1:$port" <<< "$(journal i
 [ "$(status -H 'Authorization: Bearer reloaded-token-0123456789')" = 200 ] || fail "a bad file dropped the tokens in force"
 echo "a token added by reload is in force (401 without, 200 with); a bad file is a PRIORITY=4 line and changes nothing"
 
-step "a wedged gattway (SIGSTOP) is restarted by the watchdog"
+step "a mistake in gattway.conf: failed, not restarted, a PRIORITY=3 line"
 in_ctr 'sed -i "/^too short$/d" /etc/gattway/tokens'   # a bad file would stop the new gattway at start
+restarts=$(in_ctr 'systemctl show -p NRestarts --value gattway')
+in_ctr 'echo "listen nowhere" >> /etc/gattway/gattway.conf; systemctl restart gattway || true'
+failed() { [ "$(in_ctr 'systemctl is-failed gattway' || true)" = failed ]; }
+wait_for 10 failed || fail "gattway.service is $(in_ctr 'systemctl is-active gattway' || true), not failed"
+sleep 3   # RestartSec=2s: a restart would have come
+[ "$(in_ctr 'systemctl show -p NRestarts --value gattway')" = "$restarts" ] || fail "restarted after exit status 2"
+grep -q "^gattway: /etc/gattway/gattway.conf:[0-9]*: --listen takes HOST:PORT" <<< "$(journal err)" \
+    || fail "no PRIORITY=3 line with FILE:LINE: $(journal err)"
+echo "$(in_ctr 'systemctl show -p Result --value gattway'), exit $(in_ctr 'systemctl show -p ExecMainStatus --value gattway'), no restart: $(journal err | head -1)"
+# Mended; reset-failed clears the start limit (5 in 300 s) this test's restarts come near.
+in_ctr 'sed -i "/^listen nowhere$/d" /etc/gattway/gattway.conf; systemctl reset-failed gattway; systemctl start gattway'
+wait_for 15 state_is poweredOn || fail "not back after the mend"
+
+step "a wedged gattway (SIGSTOP) is restarted by the watchdog"
 main_pid=$(in_ctr 'systemctl show -p MainPID --value gattway')
 restarts=$(in_ctr 'systemctl show -p NRestarts --value gattway')
 t_stop=$(now)
