@@ -6,8 +6,8 @@ set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 # build: libmicrohttpd, libdbus, nettle (BTHome's AES-CCM), libmosquitto (the MQTT bridge),
-# pkg-config; run: dbus-daemon (for --simulate).
-packages=(libmicrohttpd-dev libdbus-1-dev nettle-dev libmosquitto-dev pkg-config dbus)
+# pkg-config, dpkg-dev (Packaging/build-deb's dpkg-shlibdeps); run: dbus-daemon (for --simulate).
+packages=(libmicrohttpd-dev libdbus-1-dev nettle-dev libmosquitto-dev pkg-config dpkg-dev dbus)
 case "${1:-}" in
     --build-only) ;;
     "")

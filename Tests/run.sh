@@ -15,8 +15,10 @@
 #   4. the fuzz targets (bounded), schemathesis against openapi.yaml (Tests/contract), then the
 #      faithfulness check: bleak, unchanged, against `gattway-sim`;
 #   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab),
-#      Docker/compose.mqtt.yaml (a broker and two gateways) with docker-compose, then the README's
-#      first command in a fresh swift:6.3-bookworm container, as root.
+#      Docker/compose.mqtt.yaml (a broker and two gateways) with docker-compose, the Debian package
+#      (Packaging/build-deb) installed, upgraded and purged in a fresh debian:bookworm-slim and run
+#      by systemd in another, then the README's first command in a fresh swift:6.3-bookworm
+#      container, as root.
 #   Last, no dbus-daemon, gattway or gattway-sim that the run started may still run: each
 #   inherits GATTWAY_TEST_RUN, and any found is listed and fails the run.
 # Steps 2 and 5 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
@@ -185,6 +187,9 @@ suite_containers() {
     else lab_missing "../shared/dockerlab"; fi
     step "Docker/compose.mqtt.yaml as it is: mosquitto and two gateways (docker-compose)"
     if [ -x "$shared/dockerlab/start" ]; then bash Tests/docker/compose-mqtt.sh $py
+    else lab_missing "../shared/dockerlab"; fi
+    step "the Debian package: installed, upgraded, purged; gattway.service under systemd (Tests/packaging)"
+    if [ -x "$shared/dockerlab/start" ]; then bash Tests/packaging/run.sh "$bin/gattway-sim"
     else lab_missing "../shared/dockerlab"; fi
     step "the README's first command in a fresh Swift container, as root"
     # Installs, builds gattway from scratch and starts it: 20 minutes at most (first-run.sh).

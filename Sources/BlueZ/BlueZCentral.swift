@@ -102,6 +102,14 @@ public final class BlueZCentral: Central {
     /// in `status()`.
     public func start() async { await link.start() }
 
+    /// Runs `body` on the D-Bus connection's thread (`Connection.onConnectionThread`); false, and
+    /// nothing runs, while there is no bus connection (it is being made again, with backoff).
+    public func onBusThread(_ body: @escaping @Sendable () -> Void) -> Bool {
+        guard let connection = link.connection else { return false }
+        connection.onConnectionThread(body)
+        return true
+    }
+
     /// Lets go of the bus (shutdown).
     public func close() { link.close() }
 

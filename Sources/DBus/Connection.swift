@@ -129,6 +129,12 @@ public final class Connection: Sendable {
                                        interface: "org.freedesktop.DBus", member: "ReleaseName", [.string(name)]))
     }
 
+    /// Runs `body` on the connection's thread once it has run the jobs queued before: proof that
+    /// the thread turns (a watchdog's check). After the connection closed, at once on this thread.
+    public func onConnectionThread(_ body: @escaping @Sendable () -> Void) {
+        core.enqueue { _ in body() }
+    }
+
     /// Whether the bus connection is still up.
     public var isConnected: Bool { !core.lost.load(ordering: .acquiring) }
 

@@ -16,6 +16,8 @@ public final class Server: Sendable {
     public let host: String
     /// The bound port (the kernel's choice when `port` 0 was asked for).
     public let port: UInt16
+    /// Whether it serves HTTPS.
+    let servesTLS: Bool
     private let core: ServerCore
 
     /// Starts listening and serving at once.
@@ -63,6 +65,7 @@ public final class Server: Sendable {
             maxBodyBytes: max(0, maxBodyBytes), log: log, errorResponder: errorResponder, onRefusal: onRefusal,
             handler: handler)
         self.host = host
+        servesTLS = tls != nil
         self.port = try core.start(
             host: host, address: address, port: port, tls: tls,
             connectionLimit: max(1, connectionLimit), connectionReserve: max(1, connectionReserve),
@@ -92,6 +95,12 @@ public final class Server: Sendable {
     public func stop() {
         core.stop()
     }
+
+    #if DEBUG
+    /// Wedges the I/O thread, for ever, at the next connection it opens or closes: a fault for
+    /// the tests of a watchdog (debug builds only).
+    public func stallForTesting() { core.stallForTesting() }
+    #endif
 
     deinit {
         core.stop()

@@ -378,7 +378,16 @@ final class ServerCore: Sendable {
 
     var openConnections: Int { connections.load(ordering: .relaxed) }
 
+    #if DEBUG
+    /// Set by `stallForTesting`: the I/O thread stops at the next connection it opens or closes.
+    private let stalled = Atomic<Bool>(false)
+    func stallForTesting() { stalled.store(true, ordering: .relaxed) }
+    #endif
+
     fileprivate func connectionChanged(_ connection: OpaquePointer?, opened: Bool) {
+        #if DEBUG
+        while stalled.load(ordering: .relaxed) { sleep(3600) }
+        #endif
         connections.add(opened ? 1 : -1, ordering: .relaxed)
         guard perClientLimit.load(ordering: .relaxed) < Int.max,
             let key = connection.flatMap(gw_mhd_client_address).flatMap(ClientKey.init)

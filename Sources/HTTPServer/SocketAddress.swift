@@ -32,6 +32,10 @@ enum ListenAddress {
         if case .v6 = self { true } else { false }
     }
 
+    var length: socklen_t {
+        socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+    }
+
     func withSockaddrPointer<R>(_ body: (UnsafeMutableRawPointer) -> R) -> R {
         switch self {
         case .v4(var address): withUnsafeMutableBytes(of: &address) { body($0.baseAddress!) }

@@ -55,7 +55,7 @@ func startBridge(_ options: Options, gateway: Gateway, exposed: [ExposedCharacte
             }))
         return (bridge, exposer, client)
     } catch {
-        log("gattway: --mqtt: \(error)")
+        log("gattway: --mqtt: \(error)", .error)
         return nil
     }
 }

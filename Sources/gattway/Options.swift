@@ -91,8 +91,8 @@ struct Options {
     static let usage = """
     gattway \(gattwayVersion): Bluetooth Low Energy devices over HTTP, on BlueZ.
 
-    Usage: gattway [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]] [--tokens FILE]
-                   [--tls-cert FILE --tls-key FILE]
+    Usage: gattway [--config FILE] [--listen HOST:PORT] [--adapter hciN] [--simulate [FILE]]
+                   [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
                     [--mqtt-expire-after SECONDS]]
 
@@ -232,6 +232,11 @@ struct Options {
                            unchanged reading published again after half of it. Polled
                            characteristics: at least 3 polls; notified ones: their own
                            "expireAfter" only
+      --config FILE        options from a file, as if given before the command line's (so
+                           the command line's win; repeatable ones add up): a line is an option
+                           without its dashes and its value, "listen 0.0.0.0:8080",
+                           "auto-reconnect"; # starts a comment line. Read once at start; the
+                           Debian package's is /etc/gattway/gattway.conf
       --help               this text
       --version            the version
 
@@ -241,9 +246,15 @@ struct Options {
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
       GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
       GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE
-                                defaults for the options above; flags win
+                                defaults for the options above; flags (and --config) win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
+      JOURNAL_STREAM            set by systemd when stderr is the journal's stream: each line
+                                then starts with its priority (<6>, <4>, <3>) instead of the time
+      NOTIFY_SOCKET, WATCHDOG_USEC
+                                set by systemd (Type=notify, WatchdogSec=): gattway says READY=1
+                                once it serves, and WATCHDOG=1 every third of WATCHDOG_USEC while
+                                its HTTP server and its D-Bus thread answer
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
     /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events on /v1/events (SSE)
@@ -255,7 +266,8 @@ struct Options {
         case exit(code: Int32, message: String)
     }
 
-    static func parse(_ arguments: [String], environment: (String) -> String?) -> ParseResult {
+    static func parse(_ arguments: [String], environment: (String) -> String?,
+                      readFile: (String) -> String?) -> ParseResult {
         var options = Options()
         do {
             if let listen = environment("GATTWAY_LISTEN") { try options.setListen(listen) }
@@ -275,114 +287,11 @@ struct Options {
             if let url = environment("GATTWAY_MQTT"), !url.isEmpty { try options.setMQTT(url) }
             if let id = environment("GATTWAY_GATEWAY_ID"), !id.isEmpty { options.gatewayID = id }
             if let file = environment("GATTWAY_MQTT_EXPOSE"), !file.isEmpty { options.mqttExposeFile = file }
-            var rest = arguments[...]
+            let (commandLine, configFile) = try Options.takeConfigFile(arguments)
+            if let configFile { try options.apply(configFile: configFile, readFile: readFile) }
+            var rest = commandLine[...]
             while let argument = rest.popFirst() {
-                func value() throws -> String {
-                    guard let v = rest.popFirst() else { throw UsageError("\(argument) needs a value") }
-                    return v
-                }
-                switch argument {
-                case "--help", "-h": return .exit(code: 0, message: usage)
-                case "--version": return .exit(code: 0, message: "gattway \(gattwayVersion)")
-                case "--listen": try options.setListen(try value())
-                case "--adapter":
-                    let adapter = try value()
-                    guard adapter.hasPrefix("hci"), adapter.dropFirst(3).allSatisfy(\.isNumber), adapter.count > 3 else {
-                        throw UsageError("--adapter takes an adapter name such as hci0, not \"\(adapter)\"")
-                    }
-                    options.adapter = adapter
-                case "--simulate":
-                    if let next = rest.first, !next.hasPrefix("--") {
-                        rest.removeFirst()
-                        options.simulate = .some(next)
-                    } else {
-                        options.simulate = .some(nil)
-                    }
-                case "--keepalive":
-                    guard let n = Double(try value()), n > 0, n <= 3600 else { throw UsageError("--keepalive takes seconds, more than 0") }
-                    options.keepAliveSeconds = n
-                case "--max-connections":
-                    guard let n = Int(try value()), n > 0, n <= 1_000_000 else {
-                        throw UsageError("--max-connections takes a number from 1 to 1000000")
-                    }
-                    options.maxConnections = n
-                case "--max-streams":
-                    guard let n = Int(try value()), n >= 0, n <= 1_000_000 else {
-                        throw UsageError("--max-streams takes a number from 0 to 1000000")
-                    }
-                    options.maxStreams = n
-                case "--auto-reconnect": options.autoReconnect = true
-                case "--watch": options.watch = true
-                case "--no-watch": options.watch = false
-                case "--stale-after":
-                    guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
-                    options.staleAfterSeconds = n
-                case "--forget-after":
-                    guard let n = Double(try value()), n >= 1, n <= 604_800 else {
-                        throw UsageError("--forget-after takes seconds, from 1 to 604800")
-                    }
-                    options.forgetAfterSeconds = n
-                case "--idle-disconnect":
-                    guard let n = Double(try value()), n > 0, n <= 86_400 else {
-                        throw UsageError("--idle-disconnect takes seconds, more than 0 and at most 86400")
-                    }
-                    options.idleDisconnectSeconds = n
-                case "--pairing-io":
-                    let name = try value()
-                    guard let io = PairingIO(rawValue: name) else {
-                        throw UsageError("--pairing-io takes one of \(PairingIO.names), not \"\(name)\"")
-                    }
-                    options.pairingIO = io
-                case "--pairing-default-agent": options.pairingDefaultAgent = true
-                case "--pairing-timeout":
-                    guard let n = Double(try value()), n >= 1, n <= 120 else {
-                        throw UsageError("--pairing-timeout takes seconds, from 1 to 120")
-                    }
-                    options.pairingTimeoutSeconds = n
-                case "--state-dir":
-                    let dir = try value()
-                    guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
-                    options.stateDir = .some(dir == "none" ? nil : dir)
-                case "--tokens":
-                    let file = try value()
-                    guard !file.isEmpty else { throw UsageError("--tokens takes a file") }
-                    options.tokensFile = file
-                case "--no-auth": options.noAuth = true
-                case "--allow-origin": options.allowedOrigins.append(try value())
-                case "--rate-limit":
-                    guard let n = Double(try value()), n >= 0, n <= 1_000_000 else {
-                        throw UsageError("--rate-limit takes requests per second, 0 for no limit")
-                    }
-                    options.rateLimit = n
-                case "--max-client-connections":
-                    options.maxClientConnections = try count(try value(), "--max-client-connections", 1...1_000_000)
-                case "--max-client-streams":
-                    options.maxClientStreams = try count(try value(), "--max-client-streams", 0...1_000_000)
-                case "--max-ws-message":
-                    options.maxWebSocketMessage = try count(try value(), "--max-ws-message", 125...(64 << 20))
-                case "--blocklist": options.blocklistFiles.append(try value())
-                case "--no-default-blocklist": options.defaultBlocklist = false
-                case "--sensor-keys": options.sensorKeysFile = try value()
-                case "--tls-cert": options.tlsCertificate = try value()
-                case "--tls-key": options.tlsKey = try value()
-                case "--mqtt": try options.setMQTT(try value())
-                case "--mqtt-ca": options.mqttCA = try value()
-                case "--mqtt-cert": options.mqttCertificate = try value()
-                case "--mqtt-key": options.mqttKey = try value()
-                case "--gateway-id": options.gatewayID = try value()
-                case "--mqtt-prefix": options.mqttPrefix = try value()
-                case "--mqtt-expose": options.mqttExposeFile = try value()
-                case "--mqtt-expire-after":
-                    guard let n = Int(try value()), (0...604_800).contains(n) else {
-                        throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
-                    }
-                    options.mqttExpireAfter = n
-                case "--max-body":
-                    guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
-                    options.maxBodyBytes = n
-                default:
-                    throw UsageError("unknown argument \"\(argument)\"")
-                }
+                if let exit = try options.apply(argument, &rest) { return exit }
             }
             guard (options.tlsCertificate == nil) == (options.tlsKey == nil) else {
                 throw UsageError("--tls-cert and --tls-key go together: give both or neither")
@@ -414,6 +323,164 @@ struct Options {
                 """)
         }
         return .run(options)
+    }
+
+    /// Takes `--config FILE` out of the command line: the file and the arguments left.
+    private static func takeConfigFile(_ arguments: [String]) throws -> (arguments: [String], file: String?) {
+        var left: [String] = []
+        var file: String?
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            guard argument == "--config" else { left.append(argument); continue }
+            guard file == nil else { throw UsageError("--config may be given once") }
+            guard let path = rest.popFirst(), !path.isEmpty else { throw UsageError("--config needs a file") }
+            file = path
+        }
+        return (left, file)
+    }
+
+    /// The options of a configuration file, as if given before the command line's (so a flag
+    /// given both ways takes the command line's value; repeatable ones add up): a line is an
+    /// option without its dashes, a space, and its value, if it takes one ("listen
+    /// 0.0.0.0:8080", "auto-reconnect"); lines that start with # and empty lines are skipped.
+    /// The value is the rest of the line (spaces inside kept). A mistake stops gattway with
+    /// FILE:LINE and what is wrong.
+    private mutating func apply(configFile file: String, readFile: (String) -> String?) throws {
+        guard let text = readFile(file) else {
+            throw UsageError("--config: cannot read \(file) (\(String(cString: strerror(errno))))")
+        }
+        for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" || $0 == "\r" }.reversed()
+            guard let first = line.first, first != "#" else { continue }
+            let name = String(line.prefix { $0 != " " && $0 != "\t" })
+            let value = String(line.dropFirst(name.count).drop { $0 == " " || $0 == "\t" })
+            let place = "\(file):\(number + 1)"
+            guard !name.hasPrefix("-") else {
+                throw UsageError("\(place): write the option without its dashes: \(name.drop { $0 == "-" })")
+            }
+            guard !["help", "version", "config"].contains(name) else {
+                throw UsageError("\(place): \(name) has no place in a configuration file")
+            }
+            var values = (value.isEmpty ? [] : [value])[...]
+            do {
+                _ = try apply("--" + name, &values)
+            } catch let error as UsageError {
+                throw UsageError("\(place): \(error.message)")
+            }
+            guard values.isEmpty else { throw UsageError("\(place): \(name) takes no value") }
+        }
+    }
+
+    /// One option of the command line (or of a configuration file), with its value from `rest`
+    /// where it takes one; the exit for --help and --version.
+    private mutating func apply(_ argument: String, _ rest: inout ArraySlice<String>) throws -> ParseResult? {
+        func value() throws -> String {
+            guard let v = rest.popFirst() else { throw UsageError("\(argument) needs a value") }
+            return v
+        }
+        switch argument {
+        case "--help", "-h": return .exit(code: 0, message: Options.usage)
+        case "--version": return .exit(code: 0, message: "gattway \(gattwayVersion)")
+        case "--listen": try setListen(try value())
+        case "--adapter":
+            let name = try value()
+            guard name.hasPrefix("hci"), name.dropFirst(3).allSatisfy(\.isNumber), name.count > 3 else {
+                throw UsageError("--adapter takes an adapter name such as hci0, not \"\(name)\"")
+            }
+            adapter = name
+        case "--simulate":
+            if let next = rest.first, !next.hasPrefix("--") {
+                rest.removeFirst()
+                simulate = .some(next)
+            } else {
+                simulate = .some(nil)
+            }
+        case "--keepalive":
+            guard let n = Double(try value()), n > 0, n <= 3600 else { throw UsageError("--keepalive takes seconds, more than 0") }
+            keepAliveSeconds = n
+        case "--max-connections":
+            guard let n = Int(try value()), n > 0, n <= 1_000_000 else {
+                throw UsageError("--max-connections takes a number from 1 to 1000000")
+            }
+            maxConnections = n
+        case "--max-streams":
+            guard let n = Int(try value()), n >= 0, n <= 1_000_000 else {
+                throw UsageError("--max-streams takes a number from 0 to 1000000")
+            }
+            maxStreams = n
+        case "--auto-reconnect": autoReconnect = true
+        case "--watch": watch = true
+        case "--no-watch": watch = false
+        case "--stale-after":
+            guard let n = Double(try value()), n > 0, n <= 86_400 else { throw UsageError("--stale-after takes seconds, more than 0") }
+            staleAfterSeconds = n
+        case "--forget-after":
+            guard let n = Double(try value()), n >= 1, n <= 604_800 else {
+                throw UsageError("--forget-after takes seconds, from 1 to 604800")
+            }
+            forgetAfterSeconds = n
+        case "--idle-disconnect":
+            guard let n = Double(try value()), n > 0, n <= 86_400 else {
+                throw UsageError("--idle-disconnect takes seconds, more than 0 and at most 86400")
+            }
+            idleDisconnectSeconds = n
+        case "--pairing-io":
+            let name = try value()
+            guard let io = PairingIO(rawValue: name) else {
+                throw UsageError("--pairing-io takes one of \(PairingIO.names), not \"\(name)\"")
+            }
+            pairingIO = io
+        case "--pairing-default-agent": pairingDefaultAgent = true
+        case "--pairing-timeout":
+            guard let n = Double(try value()), n >= 1, n <= 120 else {
+                throw UsageError("--pairing-timeout takes seconds, from 1 to 120")
+            }
+            pairingTimeoutSeconds = n
+        case "--state-dir":
+            let dir = try value()
+            guard !dir.isEmpty else { throw UsageError("--state-dir takes a directory, or none") }
+            stateDir = .some(dir == "none" ? nil : dir)
+        case "--tokens":
+            let file = try value()
+            guard !file.isEmpty else { throw UsageError("--tokens takes a file") }
+            tokensFile = file
+        case "--no-auth": noAuth = true
+        case "--allow-origin": allowedOrigins.append(try value())
+        case "--rate-limit":
+            guard let n = Double(try value()), n >= 0, n <= 1_000_000 else {
+                throw UsageError("--rate-limit takes requests per second, 0 for no limit")
+            }
+            rateLimit = n
+        case "--max-client-connections":
+            maxClientConnections = try Options.count(try value(), "--max-client-connections", 1...1_000_000)
+        case "--max-client-streams":
+            maxClientStreams = try Options.count(try value(), "--max-client-streams", 0...1_000_000)
+        case "--max-ws-message":
+            maxWebSocketMessage = try Options.count(try value(), "--max-ws-message", 125...(64 << 20))
+        case "--blocklist": blocklistFiles.append(try value())
+        case "--no-default-blocklist": defaultBlocklist = false
+        case "--sensor-keys": sensorKeysFile = try value()
+        case "--tls-cert": tlsCertificate = try value()
+        case "--tls-key": tlsKey = try value()
+        case "--mqtt": try setMQTT(try value())
+        case "--mqtt-ca": mqttCA = try value()
+        case "--mqtt-cert": mqttCertificate = try value()
+        case "--mqtt-key": mqttKey = try value()
+        case "--gateway-id": gatewayID = try value()
+        case "--mqtt-prefix": mqttPrefix = try value()
+        case "--mqtt-expose": mqttExposeFile = try value()
+        case "--mqtt-expire-after":
+            guard let n = Int(try value()), (0...604_800).contains(n) else {
+                throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
+            }
+            mqttExpireAfter = n
+        case "--max-body":
+            guard let n = Int(try value()), n > 0 else { throw UsageError("--max-body takes a positive number of bytes") }
+            maxBodyBytes = n
+        default:
+            throw UsageError("unknown argument \"\(argument)\"")
+        }
+        return nil
     }
 
     private static func count(_ text: String, _ flag: String, _ range: ClosedRange<Int>) throws -> Int {

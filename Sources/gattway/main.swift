@@ -14,18 +14,6 @@ import Synchronization
 
 let gattwayVersion = "0.1.0"
 
-/// One line on stderr, with the time.
-@Sendable func log(_ message: String) {
-    let now = Timestamp.iso8601(Date())
-    writeError("\(now) \(message)\n")
-}
-
-/// Writes to stderr (fd 2) in one call, so lines from different threads do not interleave.
-@Sendable func writeError(_ text: String) {
-    var bytes = Array(text.utf8)
-    _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
-}
-
 /// SIGINT and SIGTERM, caught from the moment this is made (before anything starts, so that a
 /// signal during start-up still stops gattway cleanly) until `wait` returns one.
 final class TerminationSignals {
@@ -136,13 +124,13 @@ func reloadTokens(_ options: Options, _ access: AccessControl) {
     do {
         let set = try loadTokens(options)
         if set.isEmpty && access.requiresTokens {
-            log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)")
+            log("tokens: SIGHUP: the file now has no token; keeping the tokens in force (an empty file would open every route)", .warning)
             return
         }
         access.replaceTokens(set)
         log("tokens: SIGHUP: \(set.count) token(s) in force, \(set.readOnlyCount) read-only")
     } catch {
-        log("tokens: SIGHUP: \(error); keeping the tokens in force")
+        log("tokens: SIGHUP: \(error); keeping the tokens in force", .warning)
     }
 }
 
@@ -152,7 +140,7 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
         gateway.replaceSensorKeys(keys)
         log("sensors: SIGHUP: \(keys.count) bind key(s) from \(options.sensorKeysFile ?? "")")
     } catch {
-        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force")
+        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force", .warning)
     }
 }
 
@@ -161,6 +149,7 @@ func urlHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host
 
 func run(_ options: Options) async -> Int32 {
     let termination = TerminationSignals()
+    let service = ServiceManager.fromEnvironment()
     let access: AccessControl
     do {
         let tokens = try loadTokens(options)
@@ -207,7 +196,7 @@ func run(_ options: Options) async -> Int32 {
         do {
             tls = try TLSCredentials(certificateFile: certificate, keyFile: key)
         } catch {
-            log("gattway: TLS: \(error)")
+            log("gattway: TLS: \(error)", .error)
             return 2
         }
     }
@@ -221,7 +210,7 @@ func run(_ options: Options) async -> Int32 {
             address = started.bus.address
             log("simulating BlueZ (\(simulate ?? "built-in devices")) on DBUS_SYSTEM_BUS_ADDRESS=\(started.bus.address)")
         } catch {
-            log("gattway: cannot start the simulator: \(error)")
+            log("gattway: cannot start the simulator: \(error)", .error)
             return 1
         }
     } else {
@@ -239,7 +228,7 @@ func run(_ options: Options) async -> Int32 {
     if status.reason?.contains("D-Bus system bus") == true {
         log("gattway: is dbus running? In a container: is /run/dbus mounted, and does the host know the uid"
             + " (its dbus-daemon drops unknown uids; the image's 65534 is known everywhere)? Or try --simulate."
-            + " Serving meanwhile; the bus is tried again with backoff.")
+            + " Serving meanwhile; the bus is tried again with backoff.", .warning)
     }
 
     // One descriptor per connection, and some for the bus, the log and the server's own.
@@ -249,7 +238,7 @@ func run(_ options: Options) async -> Int32 {
     if descriptors < maxConnections + Server.defaultConnectionReserve + spare {
         maxConnections = max(1, descriptors - Server.defaultConnectionReserve - spare)
         log("gattway: only \(descriptors) file descriptors are allowed (ulimit -n); serving at most \(maxConnections) connections"
-            + " instead of \(options.maxConnections)")
+            + " instead of \(options.maxConnections)", .warning)
     }
     let maxStreams = min(options.maxStreams, maxConnections)
     let environment: (String) -> String? = { key in getenv(key).map { String(cString: $0) } }
@@ -257,7 +246,7 @@ func run(_ options: Options) async -> Int32 {
         Glibc.access(path, W_OK | X_OK) == 0 || (mkdir(path, 0o750) == 0)
     }
     if let dir = stateDirectory, !makeDirectories(dir) {
-        log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts")
+        log("state: cannot use \(dir) (\(String(cString: strerror(errno)))); nothing is kept across restarts", .warning)
         stateDirectory = nil
     }
     log(stateDirectory.map { "state: kept in \($0)/state.json" } ?? "state: not kept (no --state-dir)")
@@ -271,6 +260,8 @@ func run(_ options: Options) async -> Int32 {
                           sensorKeys: sensorKeys, log: log)
     hangUp.reload(sensorKeysOf: gateway)
     let serve = API(gateway: gateway, limits: limits, access: access, log: log).handler()
+    // Marks the watchdog's own requests, which are not logged (one every few seconds).
+    let watchdogMark = String(UInt64.random(in: 1...UInt64.max), radix: 16)
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     let server: Server
@@ -285,11 +276,13 @@ func run(_ options: Options) async -> Int32 {
             let response = await serve(request)
             let elapsed = ContinuousClock.now - start
             let tenths = elapsed.components.seconds * 10_000 + elapsed.components.attoseconds / 100_000_000_000_000
-            log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")
+            if request.headers["x-gattway-watchdog"] != watchdogMark {
+                log("\(request.method) \(request.path) \(response.status) \(tenths / 10).\(tenths % 10) ms")
+            }
             return response
         }
     } catch {
-        log("gattway: \(error)")
+        log("gattway: \(error)", .error)
         return 1
     }
     Task {
@@ -303,9 +296,31 @@ func run(_ options: Options) async -> Int32 {
     // A wildcard address is no place to browse to; loopback is one of the addresses it covers.
     let browsable = ["0.0.0.0", "::"].contains(options.host) ? (options.host == "::" ? "::1" : "127.0.0.1") : options.host
     log("dashboard: open \(scheme)://\(urlHost(browsable)):\(server.port)/ in a browser")
+    service.notify("READY=1\nSTATUS=listening on \(scheme)://\(urlHost(options.host)):\(server.port)")
+    let watchdog = service.watchdogInterval.map { interval in
+        Watchdog(interval: interval, manager: service, checks: [
+            .init(name: "the HTTP server") { timeout in
+                server.selfCheck("/v1/state", headers: ["X-Gattway-Watchdog": watchdogMark], timeout: timeout) != nil
+            },
+            .init(name: "the D-Bus thread") { timeout in
+                let ran = DispatchSemaphore(value: 0)
+                // No bus connection is no wedge: gattway serves meanwhile and connects again.
+                guard central.onBusThread({ ran.signal() }) else { return true }
+                return ran.wait(timeout: .now() + .nanoseconds(Int(timeout.inSeconds * 1e9))) == .success
+            },
+        ])
+    }
+    watchdog?.start()
+    if let interval = service.watchdogInterval { log("watchdog: WATCHDOG=1 every \(interval / 3) while HTTP and D-Bus answer") }
+    #if DEBUG
+    let stalls = Stalls(http: { server.stallForTesting() }, bus: { _ = central.onBusThread { while true { sleep(3600) } } })
+    defer { withExtendedLifetime(stalls) {} }
+    #endif
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
+    service.notify("STOPPING=1")
+    watchdog?.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
         await mqtt.exposer?.stop()
@@ -320,7 +335,8 @@ func run(_ options: Options) async -> Int32 {
     return 0
 }
 
-switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } }) {
+switch Options.parse(Array(CommandLine.arguments.dropFirst()), environment: { key in getenv(key).map { String(cString: $0) } },
+                    readFile: readFile) {
 case .exit(let code, let message):
     if code == 0 { print(message) } else { writeError(message + "\n") }
     exit(code)

@@ -56,7 +56,7 @@ final class TestConnection: @unchecked Sendable {
         if let certificate {
             do { tls = try TLSClient(fd: fd, trusting: certificate) } catch {
                 hangUp()
-                throw error
+                throw ClientError("\(error)")
             }
         }
     }
@@ -191,7 +191,9 @@ final class TestConnection: @unchecked Sendable {
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 65536)
         let n = try chunk.withUnsafeMutableBytes { chunk in
-            try tls.map { try $0.receive(into: chunk) } ?? recv(fd, chunk.baseAddress, chunk.count, 0)
+            do { return try tls.map { try $0.receive(into: chunk) } ?? recv(fd, chunk.baseAddress, chunk.count, 0) } catch {
+                throw ClientError("\(error)")
+            }
         }
         if n == 0 { throw ClientError.closed }
         guard n > 0 else {
@@ -200,58 +202,6 @@ final class TestConnection: @unchecked Sendable {
             throw ClientError.errno("recv")
         }
         buffer += chunk[..<n]
-    }
-}
-
-/// The client side of TLS (GnuTLS) on a connected blocking socket, verifying the server's
-/// certificate chain and name the way a browser would, against one trusted certificate.
-private final class TLSClient {
-    private var session: gnutls_session_t?
-    private var credentials: gnutls_certificate_credentials_t?
-
-    init(fd: Int32, trusting certificate: String) throws {
-        func check(_ result: Int32, _ call: String) throws {
-            if result < 0 { throw ClientError("\(call): \(String(cString: gnutls_strerror(result)))") }
-        }
-        try check(gnutls_certificate_allocate_credentials(&credentials), "allocate credentials")
-        var pem = Array(certificate.utf8)
-        let trusted = pem.withUnsafeMutableBufferPointer { pem in
-            var datum = gnutls_datum_t(data: pem.baseAddress, size: UInt32(pem.count))
-            return gnutls_certificate_set_x509_trust_mem(credentials, &datum, GNUTLS_X509_FMT_PEM)
-        }
-        guard trusted > 0 else { throw ClientError("the trusted certificate does not parse") }
-        try check(gnutls_init(&session, UInt32(GNUTLS_CLIENT)), "gnutls_init")
-        try check(gnutls_set_default_priority(session), "priority")
-        try check(gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials)), "credentials")
-        gnutls_session_set_verify_cert(session, "127.0.0.1", 0)
-        gnutls_transport_set_int2(session, fd, fd)
-        var result: Int32
-        repeat { result = gnutls_handshake(session) } while result == GNUTLS_E_INTERRUPTED || result == GNUTLS_E_AGAIN
-        try check(result, "handshake")
-    }
-
-    deinit {
-        gnutls_deinit(session)
-        gnutls_certificate_free_credentials(credentials)
-    }
-
-    func send(_ bytes: UnsafeRawBufferPointer) -> Int {
-        gnutls_record_send(session, bytes.baseAddress, bytes.count)
-    }
-
-    /// Bytes read, 0 when the server closed the connection (with or without a TLS close_notify).
-    func receive(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        while true {
-            let n = gnutls_record_recv(session, buffer.baseAddress, buffer.count)
-            switch Int32(clamping: n) {
-            case GNUTLS_E_INTERRUPTED: continue
-            case GNUTLS_E_PREMATURE_TERMINATION: return 0
-            case GNUTLS_E_PULL_ERROR where errno == ECONNRESET: return 0
-            case GNUTLS_E_AGAIN: throw ClientError("recv: timed out")
-            case ..<0: throw ClientError("recv: \(String(cString: gnutls_strerror(Int32(n))))")
-            default: return n
-            }
-        }
     }
 }
 

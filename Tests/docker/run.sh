@@ -11,44 +11,28 @@
 # Usage: Tests/docker/run.sh [GATTWAY-SIM]   (default: the debug build's gattway-sim)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repo=$PWD
-lab="$(dirname "$repo")/shared/dockerlab"
 sim_bin=${1:-"$(swift build --show-bin-path)/gattway-sim"}
 image=gattway:test
 device=F0:00:00:00:00:01
 size_goal_mb=120
 
-work=$(mktemp -d /tmp/gattway-docker-test.XXXXXX)
-ctr="" sim_pid="" failed_step=""
-declare -a timings=()
+ctr="" sim_pid=""
+# shellcheck source=steps.sh
+source Tests/docker/steps.sh gattway-docker-test
 
-now() { date +%s%3N; }   # milliseconds
-since() { local ms=$(( $(now) - $1 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
-t_run=$(now) t_step="" step_name=""
-end_step() { [ -z "$step_name" ] || timings+=("$(printf '%6ss  %s' "$(since "$t_step")" "$step_name")"); }
-step() { end_step; step_name=$1 t_step=$(now); printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
-fail() { failed_step=$step_name; echo "FAIL: $*" >&2; exit 1; }
-
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    set +e
-    if [ "$rc" -ne 0 ]; then
-        echo "--- failed in step: ${failed_step:-$step_name}"
-        if [ -n "$ctr" ]; then echo "--- container logs ($ctr)"; docker logs "$ctr" 2>&1 | tail -n 100; fi
-        if [ -s "$work/sim.log" ]; then echo "--- gattway-sim log"; tail -n 40 "$work/sim.log"; fi
-        if [ -s "$work/build.log" ] && [ "$step_name" = "build the image" ]; then echo "--- docker build"; tail -n 40 "$work/build.log"; fi
-    fi
+show_failure() {
+    if [ -n "$ctr" ]; then echo "--- container logs ($ctr)"; docker logs "$ctr" 2>&1 | tail -n 100; fi
+    if [ -s "$work/sim.log" ]; then echo "--- gattway-sim log"; tail -n 40 "$work/sim.log"; fi
+    if [ -s "$work/build.log" ] && [ "$step_name" = "build the image" ]; then echo "--- docker build"; tail -n 40 "$work/build.log"; fi
+}
+tidy_up() {
     [ -z "$ctr" ] || docker rm -f "$ctr" >/dev/null 2>&1
     # The simulator leads its own process group (setsid): that ends its dbus-daemon too.
     if [ -n "$sim_pid" ]; then
         kill -TERM -- "-$sim_pid" 2>/dev/null || kill -TERM "$sim_pid" 2>/dev/null
         wait "$sim_pid" 2>/dev/null
     fi
-    rm -rf "$work"
-    exit "$rc"
 }
-trap cleanup EXIT
 
 # HTTP: `call METHOD PATH [JSON]` sets $status and $body (status 000: no answer).
 call() {
@@ -65,38 +49,19 @@ expect_ok() {
 # `json EXPR`: evaluates a Python expression on $body, parsed as `j`.
 json() { python3 -c 'import json, sys; j = json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$body" "$1"; }
 compact() { json 'json.dumps(j, separators=(",", ":"))' 2>/dev/null || echo "$body"; }
-# `wait_for SECONDS CMD...`: polls CMD every 0.2 s until it succeeds (readiness only).
-wait_for() {
-    local deadline=$(( $(now) + $1 * 1000 )); shift
-    until "$@"; do
-        (( $(now) > deadline )) && return 1
-        sleep 0.2
-    done
-}
-free_port() {
-    local port=$1
-    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-    echo "$port"
-}
 powered_on() { call GET /v1/state 2>/dev/null && [[ $status == 200 ]] && [[ $(json 'j["state"]' 2>/dev/null) == poweredOn ]]; }
 listed() { call GET /v1/devices 2>/dev/null && [[ $(json "'$device' in [d['id'] for d in j['devices']]" 2>/dev/null) == True ]]; }
 healthy() { [[ $(docker inspect --format '{{.State.Health.Status}}' "$ctr") == healthy ]]; }
 
-step "docker engine"
-if [ -f "$lab/start" ]; then
-    bash "$lab/start" > "$work/lab.log" 2>&1 || { cat "$work/lab.log"; fail "dockerlab start"; }
-    grep -E '^dockerlab ready' "$work/lab.log" || true
-elif ! docker info >/dev/null 2>&1; then
-    fail "no docker engine, and no $lab/start"
-fi
+start_docker
 
 step "build the image"
 # The context is what the Dockerfile copies: a .build/ of several hundred MB stays out of it
 # (a .dockerignore is not allowed at the top level).
-tar -cf - Package.swift Sources Docker \
+tar -cf - Package.swift Sources Docker Packaging/build-release \
     | docker build --network host --force-rm -f Docker/Dockerfile -t "$image" - > "$work/build.log" 2>&1 \
     || fail "docker build (its log follows)"
-grep -E '^(Step [0-9]+/[0-9]+ : RUN swift build|Build of product|Successfully built)' "$work/build.log" | cut -c1-120
+grep -E '^(Step [0-9]+/[0-9]+ : RUN Packaging/build-release|Build of product|Successfully built)' "$work/build.log" | cut -c1-120
 grep -q -- '---> Using cache' "$work/build.log" && echo "(some layers from cache)"
 
 step "gattway-sim on the host"
@@ -181,9 +146,5 @@ mb=$(( (bytes + 500000) / 1000000 ))
 echo "image size: $mb MB (goal < $size_goal_mb MB)"
 [ "$mb" -lt "$size_goal_mb" ] || echo "warning: the image is over the size goal"
 
-end_step
-step_name=""
-printf '\n== timings\n'
-printf '%s\n' "${timings[@]}"
-printf '%6ss  total\n' "$(since "$t_run")"
+print_timings
 echo "docker: all passed"
