@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading);
+// executables → MQTT → (CMosquitto, Threading); ESPHomeAPI → CNettle;
 // Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
 import PackageDescription
 
@@ -38,7 +38,8 @@ let package = Package(
         // cannot call (variadics, macros), so no separate C target is needed.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
-        // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).
+        // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only),
+        // and the ESPHome API's Noise handshake (X25519, ChaCha20-Poly1305, SHA-256, HMAC).
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
         // libmosquitto's headers (libmosquitto-dev), for the MQTT bridge (`--mqtt`). Not linked (no
         // pkgConfig: it would add -lmosquitto): the MQTT module opens the library when it is used.
@@ -65,6 +66,8 @@ let package = Package(
         // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
         // knowing nothing of gattway; the executable hands it to Gateway's MQTTBridge.
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
+        // The ESPHome native API (protobuf messages, plaintext and Noise frames), knowing nothing of gattway.
+        .target(name: "ESPHomeAPI", dependencies: ["CNettle"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
@@ -81,6 +84,8 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
+        // make-vectors.py writes the protobuf and Noise vectors the tests compare with.
+        .testTarget(name: "ESPHomeAPITests", dependencies: ["ESPHomeAPI"], exclude: ["make-vectors.py"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "HTTPServer", "BLE", "Sensors", "Threading", "Dashboard"]),
     ],
     swiftLanguageModes: [.v6]
