@@ -1,8 +1,8 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading); ESPHomeAPI → CNettle;
-// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
+// executables → MQTT → (CMosquitto, Threading); ESPHomeAPI → (CNettle, CLinux, Threading);
+// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
 
 // The release binary is linked by lld with its relative relocations packed (DT_RELR, glibc
@@ -44,6 +44,8 @@ let package = Package(
         // libmosquitto's headers (libmosquitto-dev), for the MQTT bridge (`--mqtt`). Not linked (no
         // pkgConfig: it would add -lmosquitto): the MQTT module opens the library when it is used.
         .systemLibrary(name: "CMosquitto"),
+        // epoll and eventfd (in libc; Glibc's module leaves them out), for the ESPHome API's server.
+        .systemLibrary(name: "CLinux"),
 
         // Tools for code that runs on several threads, for every layer.
         .target(name: "Threading"),
@@ -66,8 +68,9 @@ let package = Package(
         // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
         // knowing nothing of gattway; the executable hands it to Gateway's MQTTBridge.
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
-        // The ESPHome native API (protobuf messages, plaintext and Noise frames), knowing nothing of gattway.
-        .target(name: "ESPHomeAPI", dependencies: ["CNettle"]),
+        // The ESPHome native API (protobuf messages, plaintext and Noise frames, a TCP server on a
+        // thread of its own), knowing nothing of gattway.
+        .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
