@@ -1,8 +1,7 @@
 /// The Bluetooth proxy's messages (ids and field numbers from aioesphomeapi 46.23.0's api_pb2).
 ///
 /// A device's address is a 48-bit integer in a uint64 (AA:BB:CC:DD:EE:FF is 0xAABBCCDDEEFF);
-/// a GATT attribute is named by its handle. Many messages share a shape (an address and a
-/// handle, and a value or a flag after them); each shape is a protocol that writes and reads it once.
+/// a GATT attribute is named by its handle.
 
 /// `SubscribeBluetoothLEAdvertisementsRequest.flags`.
 public struct BluetoothProxySubscriptionFlags: OptionSet, Sendable {
@@ -19,11 +18,7 @@ public struct SubscribeBluetoothLEAdvertisementsRequest: APIMessage {
     public init() {}
     public init(flags: BluetoothProxySubscriptionFlags) { self.flags = flags.rawValue }
 
-    public func encode(to w: inout ProtoWriter) { w.uint32(1, flags) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { f.read(&flags) }
-    }
+    public static var fields: [Field<Self>] { [.uint32(1, \.flags)] }
 }
 
 public struct UnsubscribeBluetoothLEAdvertisementsRequest: EmptyMessage {
@@ -32,7 +27,7 @@ public struct UnsubscribeBluetoothLEAdvertisementsRequest: EmptyMessage {
 }
 
 /// One advertisement: the advertising data (and scan response) as received, AD structure after AD structure.
-public struct BluetoothLERawAdvertisement: ProtoMessage {
+public struct BluetoothLERawAdvertisement: TabledMessage {
     public var address: UInt64 = 0
     public var rssi: Int32 = 0
     /// 0 public, 1 random.
@@ -41,27 +36,11 @@ public struct BluetoothLERawAdvertisement: ProtoMessage {
 
     public init() {}
     public init(address: UInt64, rssi: Int32, addressType: UInt32, data: [UInt8]) {
-        self.address = address
-        self.rssi = rssi
-        self.addressType = addressType
-        self.data = data
+        (self.address, self.rssi, self.addressType, self.data) = (address, rssi, addressType, data)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.sint32(2, rssi)
-        w.uint32(3, addressType)
-        w.bytes(4, data)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: f.readZigZag(&rssi)
-        case 3: f.read(&addressType)
-        case 4: f.read(&data)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.uint64(1, \.address), .sint32(2, \.rssi), .uint32(3, \.addressType), .bytes(4, \.data)]
     }
 }
 
@@ -73,11 +52,7 @@ public struct BluetoothLERawAdvertisementsResponse: APIMessage {
     public init() {}
     public init(advertisements: [BluetoothLERawAdvertisement]) { self.advertisements = advertisements }
 
-    public func encode(to w: inout ProtoWriter) { w.messages(1, advertisements) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { try f.append(to: &advertisements) }
-    }
+    public static var fields: [Field<Self>] { [.messages(1, \.advertisements)] }
 }
 
 /// What `BluetoothDeviceRequest` asks for.
@@ -102,27 +77,12 @@ public struct BluetoothDeviceRequest: APIMessage {
 
     public init() {}
     public init(address: UInt64, requestType: BluetoothDeviceRequestType, addressType: UInt32? = nil) {
-        self.address = address
-        self.requestType = requestType
-        hasAddressType = addressType != nil
-        self.addressType = addressType ?? 0
+        (self.address, self.requestType) = (address, requestType)
+        (hasAddressType, self.addressType) = (addressType != nil, addressType ?? 0)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.enumeration(2, requestType)
-        w.bool(3, hasAddressType)
-        w.uint32(4, addressType)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: f.read(&requestType)
-        case 3: f.read(&hasAddressType)
-        case 4: f.read(&addressType)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.uint64(1, \.address), .enumeration(2, \.requestType), .bool(3, \.hasAddressType), .uint32(4, \.addressType)]
     }
 }
 
@@ -135,33 +95,17 @@ public struct BluetoothDeviceConnectionResponse: APIMessage {
 
     public init() {}
     public init(address: UInt64, connected: Bool, mtu: UInt32 = 0, error: Int32 = 0) {
-        self.address = address
-        self.connected = connected
-        self.mtu = mtu
-        self.error = error
+        (self.address, self.connected, self.mtu, self.error) = (address, connected, mtu, error)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.bool(2, connected)
-        w.uint32(3, mtu)
-        w.int32(4, error)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: f.read(&connected)
-        case 3: f.read(&mtu)
-        case 4: f.read(&error)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.uint64(1, \.address), .bool(2, \.connected), .uint32(3, \.mtu), .int32(4, \.error)]
     }
 }
 
 // MARK: Shapes
 
-/// A message of one field, the device's address.
+/// A message whose field 1 is the device's address.
 public protocol BluetoothAddressMessage: APIMessage {
     var address: UInt64 { get set }
 }
@@ -171,46 +115,21 @@ extension BluetoothAddressMessage {
         self.init()
         self.address = address
     }
-
-    public func encode(to w: inout ProtoWriter) { w.uint64(1, address) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { f.read(&address) }
-    }
 }
 
-/// A device's address and an attribute's handle (fields 1 and 2), and what `encodeRest` and
-/// `decodeRest` add after them.
-public protocol BluetoothHandleMessage: APIMessage {
-    var address: UInt64 { get set }
+/// A device's address and an attribute's handle (fields 1 and 2), and maybe more after them.
+public protocol BluetoothHandleMessage: BluetoothAddressMessage {
     var handle: UInt32 { get set }
-    func encodeRest(to w: inout ProtoWriter)
-    mutating func decodeRest(field f: ProtoField) throws(ProtobufError)
 }
 
 extension BluetoothHandleMessage {
     public init(address: UInt64, handle: UInt32) {
-        self.init()
-        self.address = address
+        self.init(address: address)
         self.handle = handle
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.uint32(2, handle)
-        encodeRest(to: &w)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: f.read(&handle)
-        default: try decodeRest(field: f)
-        }
-    }
-
-    public func encodeRest(to w: inout ProtoWriter) {}
-    public mutating func decodeRest(field f: ProtoField) throws(ProtobufError) {}
+    /// Fields 1 and 2.
+    public static var handleFields: [Field<Self>] { [.uint64(1, \.address), .uint32(2, \.handle)] }
 }
 
 /// An address, a handle and a value (field 3).
@@ -224,43 +143,23 @@ extension BluetoothValueMessage {
         self.data = data
     }
 
-    public func encodeRest(to w: inout ProtoWriter) { w.bytes(3, data) }
-
-    public mutating func decodeRest(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 3 { f.read(&data) }
-    }
+    public static var fields: [Field<Self>] { handleFields + [.bytes(3, \.data)] }
 }
 
 /// The answer to a pairing, unpairing or cache clearing: an address, whether it worked (field
-/// 2), and an error code (field 3).
-public protocol BluetoothDeviceResultMessage: APIMessage {
-    var address: UInt64 { get set }
+/// 2: `paired` or `success`), and an error code (field 3).
+public protocol BluetoothDeviceResultMessage: BluetoothAddressMessage {
     var succeeded: Bool { get set }
     var error: Int32 { get set }
 }
 
 extension BluetoothDeviceResultMessage {
     public init(address: UInt64, succeeded: Bool, error: Int32 = 0) {
-        self.init()
-        self.address = address
-        self.succeeded = succeeded
-        self.error = error
+        self.init(address: address)
+        (self.succeeded, self.error) = (succeeded, error)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.bool(2, succeeded)
-        w.int32(3, error)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: f.read(&succeeded)
-        case 3: f.read(&error)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.uint64(1, \.address), .bool(2, \.succeeded), .int32(3, \.error)] }
 }
 
 // MARK: GATT
@@ -269,39 +168,25 @@ public struct BluetoothGATTGetServicesRequest: BluetoothAddressMessage {
     public static let id: UInt16 = 70
     public var address: UInt64 = 0
     public init() {}
+    public static var fields: [Field<Self>] { [.uint64(1, \.address)] }
 }
 
 /// A GATT attribute's UUID is either a 16- or 32-bit one in `shortUUID`, or the 128 bits as two
 /// uint64 (most significant half first) in `uuid`; services and characteristics too.
-public struct BluetoothGATTDescriptor: ProtoMessage {
+public struct BluetoothGATTDescriptor: TabledMessage {
     public var uuid: [UInt64] = []
     public var handle: UInt32 = 0
     public var shortUUID: UInt32 = 0
 
     public init() {}
     public init(uuid: [UInt64], handle: UInt32, shortUUID: UInt32 = 0) {
-        self.uuid = uuid
-        self.handle = handle
-        self.shortUUID = shortUUID
+        (self.uuid, self.handle, self.shortUUID) = (uuid, handle, shortUUID)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.packedUInt64(1, uuid)
-        w.uint32(2, handle)
-        w.uint32(3, shortUUID)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: try f.append(to: &uuid)
-        case 2: f.read(&handle)
-        case 3: f.read(&shortUUID)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.packedUInt64(1, \.uuid), .uint32(2, \.handle), .uint32(3, \.shortUUID)] }
 }
 
-public struct BluetoothGATTCharacteristic: ProtoMessage {
+public struct BluetoothGATTCharacteristic: TabledMessage {
     public var uuid: [UInt64] = []
     public var handle: UInt32 = 0
     /// The characteristic's property bits, as in its declaration.
@@ -311,34 +196,17 @@ public struct BluetoothGATTCharacteristic: ProtoMessage {
 
     public init() {}
     public init(uuid: [UInt64], handle: UInt32, properties: UInt32, descriptors: [BluetoothGATTDescriptor], shortUUID: UInt32 = 0) {
-        self.uuid = uuid
-        self.handle = handle
-        self.properties = properties
-        self.descriptors = descriptors
-        self.shortUUID = shortUUID
+        (self.uuid, self.handle, self.properties) = (uuid, handle, properties)
+        (self.descriptors, self.shortUUID) = (descriptors, shortUUID)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.packedUInt64(1, uuid)
-        w.uint32(2, handle)
-        w.uint32(3, properties)
-        w.messages(4, descriptors)
-        w.uint32(5, shortUUID)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: try f.append(to: &uuid)
-        case 2: f.read(&handle)
-        case 3: f.read(&properties)
-        case 4: try f.append(to: &descriptors)
-        case 5: f.read(&shortUUID)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.packedUInt64(1, \.uuid), .uint32(2, \.handle), .uint32(3, \.properties), .messages(4, \.descriptors),
+         .uint32(5, \.shortUUID)]
     }
 }
 
-public struct BluetoothGATTService: ProtoMessage {
+public struct BluetoothGATTService: TabledMessage {
     public var uuid: [UInt64] = []
     public var handle: UInt32 = 0
     public var characteristics: [BluetoothGATTCharacteristic] = []
@@ -346,60 +214,33 @@ public struct BluetoothGATTService: ProtoMessage {
 
     public init() {}
     public init(uuid: [UInt64], handle: UInt32, characteristics: [BluetoothGATTCharacteristic], shortUUID: UInt32 = 0) {
-        self.uuid = uuid
-        self.handle = handle
-        self.characteristics = characteristics
-        self.shortUUID = shortUUID
+        (self.uuid, self.handle, self.characteristics, self.shortUUID) = (uuid, handle, characteristics, shortUUID)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.packedUInt64(1, uuid)
-        w.uint32(2, handle)
-        w.messages(3, characteristics)
-        w.uint32(4, shortUUID)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: try f.append(to: &uuid)
-        case 2: f.read(&handle)
-        case 3: try f.append(to: &characteristics)
-        case 4: f.read(&shortUUID)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.packedUInt64(1, \.uuid), .uint32(2, \.handle), .messages(3, \.characteristics), .uint32(4, \.shortUUID)]
     }
 }
 
 /// Some of a device's services (a proxy sends them in several messages, then the done message).
-public struct BluetoothGATTGetServicesResponse: APIMessage {
+public struct BluetoothGATTGetServicesResponse: BluetoothAddressMessage {
     public static let id: UInt16 = 71
     public var address: UInt64 = 0
     public var services: [BluetoothGATTService] = []
 
     public init() {}
     public init(address: UInt64, services: [BluetoothGATTService]) {
-        self.address = address
-        self.services = services
+        (self.address, self.services) = (address, services)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint64(1, address)
-        w.messages(2, services)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&address)
-        case 2: try f.append(to: &services)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.uint64(1, \.address), .messages(2, \.services)] }
 }
 
 public struct BluetoothGATTGetServicesDoneResponse: BluetoothAddressMessage {
     public static let id: UInt16 = 72
     public var address: UInt64 = 0
     public init() {}
+    public static var fields: [Field<Self>] { [.uint64(1, \.address)] }
 }
 
 public struct BluetoothGATTReadRequest: BluetoothHandleMessage {
@@ -407,6 +248,7 @@ public struct BluetoothGATTReadRequest: BluetoothHandleMessage {
     public var address: UInt64 = 0
     public var handle: UInt32 = 0
     public init() {}
+    public static var fields: [Field<Self>] { handleFields }
 }
 
 public struct BluetoothGATTReadResponse: BluetoothValueMessage {
@@ -427,24 +269,11 @@ public struct BluetoothGATTWriteRequest: BluetoothHandleMessage {
 
     public init() {}
     public init(address: UInt64, handle: UInt32, response: Bool, data: [UInt8]) {
-        self.address = address
-        self.handle = handle
-        self.response = response
-        self.data = data
+        self.init(address: address, handle: handle)
+        (self.response, self.data) = (response, data)
     }
 
-    public func encodeRest(to w: inout ProtoWriter) {
-        w.bool(3, response)
-        w.bytes(4, data)
-    }
-
-    public mutating func decodeRest(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 3: f.read(&response)
-        case 4: f.read(&data)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { handleFields + [.bool(3, \.response), .bytes(4, \.data)] }
 }
 
 public struct BluetoothGATTReadDescriptorRequest: BluetoothHandleMessage {
@@ -452,6 +281,7 @@ public struct BluetoothGATTReadDescriptorRequest: BluetoothHandleMessage {
     public var address: UInt64 = 0
     public var handle: UInt32 = 0
     public init() {}
+    public static var fields: [Field<Self>] { handleFields }
 }
 
 public struct BluetoothGATTWriteDescriptorRequest: BluetoothValueMessage {
@@ -470,16 +300,11 @@ public struct BluetoothGATTNotifyRequest: BluetoothHandleMessage {
 
     public init() {}
     public init(address: UInt64, handle: UInt32, enable: Bool) {
-        self.address = address
-        self.handle = handle
+        self.init(address: address, handle: handle)
         self.enable = enable
     }
 
-    public func encodeRest(to w: inout ProtoWriter) { w.bool(3, enable) }
-
-    public mutating func decodeRest(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 3 { f.read(&enable) }
-    }
+    public static var fields: [Field<Self>] { handleFields + [.bool(3, \.enable)] }
 }
 
 public struct BluetoothGATTNotifyDataResponse: BluetoothValueMessage {
@@ -499,16 +324,11 @@ public struct BluetoothGATTErrorResponse: BluetoothHandleMessage {
 
     public init() {}
     public init(address: UInt64, handle: UInt32, error: Int32) {
-        self.address = address
-        self.handle = handle
+        self.init(address: address, handle: handle)
         self.error = error
     }
 
-    public func encodeRest(to w: inout ProtoWriter) { w.int32(3, error) }
-
-    public mutating func decodeRest(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 3 { f.read(&error) }
-    }
+    public static var fields: [Field<Self>] { handleFields + [.int32(3, \.error)] }
 }
 
 public struct BluetoothGATTWriteResponse: BluetoothHandleMessage {
@@ -516,6 +336,7 @@ public struct BluetoothGATTWriteResponse: BluetoothHandleMessage {
     public var address: UInt64 = 0
     public var handle: UInt32 = 0
     public init() {}
+    public static var fields: [Field<Self>] { handleFields }
 }
 
 public struct BluetoothGATTNotifyResponse: BluetoothHandleMessage {
@@ -523,6 +344,7 @@ public struct BluetoothGATTNotifyResponse: BluetoothHandleMessage {
     public var address: UInt64 = 0
     public var handle: UInt32 = 0
     public init() {}
+    public static var fields: [Field<Self>] { handleFields }
 }
 
 // MARK: Connection slots, pairing, cache, scanner
@@ -541,25 +363,10 @@ public struct BluetoothConnectionsFreeResponse: APIMessage {
 
     public init() {}
     public init(free: UInt32, limit: UInt32, allocated: [UInt64]) {
-        self.free = free
-        self.limit = limit
-        self.allocated = allocated
+        (self.free, self.limit, self.allocated) = (free, limit, allocated)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint32(1, free)
-        w.uint32(2, limit)
-        w.packedUInt64(3, allocated)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&free)
-        case 2: f.read(&limit)
-        case 3: try f.append(to: &allocated)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.uint32(1, \.free), .uint32(2, \.limit), .packedUInt64(3, \.allocated)] }
 }
 
 /// Field 2 is `paired`.
@@ -615,24 +422,11 @@ public struct BluetoothScannerStateResponse: APIMessage {
 
     public init() {}
     public init(state: BluetoothScannerState, mode: BluetoothScannerMode, configuredMode: BluetoothScannerMode) {
-        self.state = state
-        self.mode = mode
-        self.configuredMode = configuredMode
+        (self.state, self.mode, self.configuredMode) = (state, mode, configuredMode)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.enumeration(1, state)
-        w.enumeration(2, mode)
-        w.enumeration(3, configuredMode)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&state)
-        case 2: f.read(&mode)
-        case 3: f.read(&configuredMode)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.enumeration(1, \.state), .enumeration(2, \.mode), .enumeration(3, \.configuredMode)]
     }
 }
 
@@ -643,9 +437,5 @@ public struct BluetoothScannerSetModeRequest: APIMessage {
     public init() {}
     public init(mode: BluetoothScannerMode) { self.mode = mode }
 
-    public func encode(to w: inout ProtoWriter) { w.enumeration(1, mode) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { f.read(&mode) }
-    }
+    public static var fields: [Field<Self>] { [.enumeration(1, \.mode)] }
 }

@@ -2,11 +2,11 @@
 ///
 /// Message ids (the `id` option of each message) and field numbers are read from the descriptor
 /// that aioesphomeapi publishes (aioesphomeapi/api_pb2.py, 46.23.0, with api_options_pb2's `id`);
-/// field names are the descriptor's, in camel case. A message lists the fields gattway sends or
-/// reads; fields it does not list are skipped when read.
+/// field names are the descriptor's, in camel case. A message's table lists the fields gattway
+/// sends or reads; fields it does not list are skipped when read.
 
 /// A message of the API: a protobuf message with the id that frames carry as its type.
-public protocol APIMessage: ProtoMessage {
+public protocol APIMessage: TabledMessage {
     static var id: UInt16 { get }
 }
 
@@ -42,27 +42,13 @@ public struct HelloRequest: APIMessage {
 
     public init() {}
     public init(clientInfo: String, apiVersionMajor: UInt32, apiVersionMinor: UInt32, outgoingConnectionTarget: Bool = false) {
-        self.clientInfo = clientInfo
-        self.apiVersionMajor = apiVersionMajor
-        self.apiVersionMinor = apiVersionMinor
+        (self.clientInfo, self.apiVersionMajor, self.apiVersionMinor) = (clientInfo, apiVersionMajor, apiVersionMinor)
         self.outgoingConnectionTarget = outgoingConnectionTarget
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.string(1, clientInfo)
-        w.uint32(2, apiVersionMajor)
-        w.uint32(3, apiVersionMinor)
-        w.bool(4, outgoingConnectionTarget)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: try f.read(&clientInfo)
-        case 2: f.read(&apiVersionMajor)
-        case 3: f.read(&apiVersionMinor)
-        case 4: f.read(&outgoingConnectionTarget)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.string(1, \.clientInfo), .uint32(2, \.apiVersionMajor), .uint32(3, \.apiVersionMinor),
+         .bool(4, \.outgoingConnectionTarget)]
     }
 }
 
@@ -75,27 +61,11 @@ public struct HelloResponse: APIMessage {
 
     public init() {}
     public init(apiVersionMajor: UInt32, apiVersionMinor: UInt32, serverInfo: String, name: String) {
-        self.apiVersionMajor = apiVersionMajor
-        self.apiVersionMinor = apiVersionMinor
-        self.serverInfo = serverInfo
-        self.name = name
+        (self.apiVersionMajor, self.apiVersionMinor, self.serverInfo, self.name) = (apiVersionMajor, apiVersionMinor, serverInfo, name)
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.uint32(1, apiVersionMajor)
-        w.uint32(2, apiVersionMinor)
-        w.string(3, serverInfo)
-        w.string(4, name)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&apiVersionMajor)
-        case 2: f.read(&apiVersionMinor)
-        case 3: try f.read(&serverInfo)
-        case 4: try f.read(&name)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [.uint32(1, \.apiVersionMajor), .uint32(2, \.apiVersionMinor), .string(3, \.serverInfo), .string(4, \.name)]
     }
 }
 
@@ -107,11 +77,7 @@ public struct AuthenticationRequest: APIMessage {
     public init() {}
     public init(password: String) { self.password = password }
 
-    public func encode(to w: inout ProtoWriter) { w.string(1, password) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { try f.read(&password) }
-    }
+    public static var fields: [Field<Self>] { [.string(1, \.password)] }
 }
 
 public struct AuthenticationResponse: APIMessage {
@@ -121,11 +87,7 @@ public struct AuthenticationResponse: APIMessage {
     public init() {}
     public init(invalidPassword: Bool) { self.invalidPassword = invalidPassword }
 
-    public func encode(to w: inout ProtoWriter) { w.bool(1, invalidPassword) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { f.read(&invalidPassword) }
-    }
+    public static var fields: [Field<Self>] { [.bool(1, \.invalidPassword)] }
 }
 
 public struct DisconnectRequest: APIMessage {
@@ -135,19 +97,14 @@ public struct DisconnectRequest: APIMessage {
     public init() {}
     public init(reason: DisconnectReason) { self.reason = reason }
 
-    public func encode(to w: inout ProtoWriter) { w.enumeration(1, reason) }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        if f.number == 1 { f.read(&reason) }
-    }
+    public static var fields: [Field<Self>] { [.enumeration(1, \.reason)] }
 }
 
 /// A message without fields.
 public protocol EmptyMessage: APIMessage {}
 
 extension EmptyMessage {
-    public func encode(to w: inout ProtoWriter) {}
-    public mutating func decode(field: ProtoField) throws(ProtobufError) {}
+    public static var fields: [Field<Self>] { [] }
 }
 
 public struct DisconnectResponse: EmptyMessage {
@@ -198,51 +155,28 @@ public struct DeviceInfoResponse: APIMessage {
 
     public init() {}
 
-    public func encode(to w: inout ProtoWriter) {
-        w.bool(1, usesPassword)
-        w.string(2, name)
-        w.string(3, macAddress)
-        w.string(4, esphomeVersion)
-        w.string(5, compilationTime)
-        w.string(6, model)
-        w.bool(7, hasDeepSleep)
-        w.string(8, projectName)
-        w.string(9, projectVersion)
-        w.uint32(10, webserverPort)
-        w.uint32(11, legacyBluetoothProxyVersion)
-        w.string(12, manufacturer)
-        w.string(13, friendlyName)
-        w.uint32(14, legacyVoiceAssistantVersion)
-        w.uint32(15, bluetoothProxyFeatureFlags)
-        w.string(16, suggestedArea)
-        w.uint32(17, voiceAssistantFeatureFlags)
-        w.string(18, bluetoothMacAddress)
-        w.bool(19, apiEncryptionSupported)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&usesPassword)
-        case 2: try f.read(&name)
-        case 3: try f.read(&macAddress)
-        case 4: try f.read(&esphomeVersion)
-        case 5: try f.read(&compilationTime)
-        case 6: try f.read(&model)
-        case 7: f.read(&hasDeepSleep)
-        case 8: try f.read(&projectName)
-        case 9: try f.read(&projectVersion)
-        case 10: f.read(&webserverPort)
-        case 11: f.read(&legacyBluetoothProxyVersion)
-        case 12: try f.read(&manufacturer)
-        case 13: try f.read(&friendlyName)
-        case 14: f.read(&legacyVoiceAssistantVersion)
-        case 15: f.read(&bluetoothProxyFeatureFlags)
-        case 16: try f.read(&suggestedArea)
-        case 17: f.read(&voiceAssistantFeatureFlags)
-        case 18: try f.read(&bluetoothMacAddress)
-        case 19: f.read(&apiEncryptionSupported)
-        default: break
-        }
+    public static var fields: [Field<Self>] {
+        [
+            .bool(1, \.usesPassword),
+            .string(2, \.name),
+            .string(3, \.macAddress),
+            .string(4, \.esphomeVersion),
+            .string(5, \.compilationTime),
+            .string(6, \.model),
+            .bool(7, \.hasDeepSleep),
+            .string(8, \.projectName),
+            .string(9, \.projectVersion),
+            .uint32(10, \.webserverPort),
+            .uint32(11, \.legacyBluetoothProxyVersion),
+            .string(12, \.manufacturer),
+            .string(13, \.friendlyName),
+            .uint32(14, \.legacyVoiceAssistantVersion),
+            .uint32(15, \.bluetoothProxyFeatureFlags),
+            .string(16, \.suggestedArea),
+            .uint32(17, \.voiceAssistantFeatureFlags),
+            .string(18, \.bluetoothMacAddress),
+            .bool(19, \.apiEncryptionSupported),
+        ]
     }
 }
 
@@ -287,18 +221,7 @@ public struct SubscribeLogsRequest: APIMessage {
         self.dumpConfig = dumpConfig
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.enumeration(1, level)
-        w.bool(2, dumpConfig)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.read(&level)
-        case 2: f.read(&dumpConfig)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.enumeration(1, \.level), .bool(2, \.dumpConfig)] }
 }
 
 public struct SubscribeHomeassistantServicesRequest: EmptyMessage {
@@ -330,16 +253,5 @@ public struct GetTimeResponse: APIMessage {
         self.timezone = timezone
     }
 
-    public func encode(to w: inout ProtoWriter) {
-        w.fixed32(1, epochSeconds)
-        w.string(2, timezone)
-    }
-
-    public mutating func decode(field f: ProtoField) throws(ProtobufError) {
-        switch f.number {
-        case 1: f.readFixed(&epochSeconds)
-        case 2: try f.read(&timezone)
-        default: break
-        }
-    }
+    public static var fields: [Field<Self>] { [.fixed32(1, \.epochSeconds), .string(2, \.timezone)] }
 }

@@ -113,22 +113,27 @@ def scalars():
     # syntax = "proto3"; message AllTypes { int32 i32 = 1; int64 i64 = 2; uint32 u32 = 3;
     # uint64 u64 = 4; sint32 s32 = 5; sint64 s64 = 6; bool b = 7; fixed32 f32 = 8;
     # fixed64 f64 = 9; float f = 10; double d = 11; string s = 12; bytes by = 13;
-    # repeated uint32 ru32 = 14; repeated uint64 ru64 = 15; AllTypes inner = 16; }
+    # repeated uint32 ru32 = 14; repeated uint64 ru64 = 15; Nested inner = 16;
+    # repeated string rs = 17; repeated Nested rn = 18; }  message Nested { uint32 u32 = 1; }
     F = descriptor_pb2.FieldDescriptorProto
     fields = [("i32", F.TYPE_INT32), ("i64", F.TYPE_INT64), ("u32", F.TYPE_UINT32), ("u64", F.TYPE_UINT64),
               ("s32", F.TYPE_SINT32), ("s64", F.TYPE_SINT64), ("b", F.TYPE_BOOL), ("f32", F.TYPE_FIXED32),
               ("f64", F.TYPE_FIXED64), ("f", F.TYPE_FLOAT), ("d", F.TYPE_DOUBLE), ("s", F.TYPE_STRING),
-              ("by", F.TYPE_BYTES), ("ru32", F.TYPE_UINT32), ("ru64", F.TYPE_UINT64), ("inner", F.TYPE_MESSAGE)]
+              ("by", F.TYPE_BYTES), ("ru32", F.TYPE_UINT32), ("ru64", F.TYPE_UINT64), ("inner", F.TYPE_MESSAGE),
+              ("rs", F.TYPE_STRING), ("rn", F.TYPE_MESSAGE)]
     file = descriptor_pb2.FileDescriptorProto(name="alltypes.proto", package="t", syntax="proto3")
+    nested = file.message_type.add(name="Nested")
+    nested.field.add(name="u32", number=1, type=F.TYPE_UINT32, label=F.LABEL_OPTIONAL)
     message = file.message_type.add(name="AllTypes")
     for number, (name, kind) in enumerate(fields, start=1):
         label = F.LABEL_REPEATED if name.startswith("r") else F.LABEL_OPTIONAL
         field = message.field.add(name=name, number=number, type=kind, label=label)
         if kind == F.TYPE_MESSAGE:
-            field.type_name = ".t.AllTypes"
+            field.type_name = ".t.Nested"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     AllTypes = message_factory.GetMessageClass(pool.FindMessageTypeByName("t.AllTypes"))
+    Nested = message_factory.GetMessageClass(pool.FindMessageTypeByName("t.Nested"))
 
     cases = [
         ("AllTypes()", AllTypes()),
@@ -141,7 +146,9 @@ def scalars():
         ("AllTypes(f: -0.0, d: -0.0)", AllTypes(f=-0.0, d=-0.0)),
         ('AllTypes(s: "grüße ✓", by: [0, 255, 128])', AllTypes(s="grüße ✓", by=b"\x00\xff\x80")),
         ("AllTypes(ru32: [0, 1, 300, .max], ru64: [1 << 63])", AllTypes(ru32=[0, 1, 300, 2**32 - 1], ru64=[2**63])),
-        ("AllTypes(u32: 7, inner: AllTypes(inner: AllTypes()))", AllTypes(u32=7, inner=AllTypes(inner=AllTypes()))),
+        ("AllTypes(u32: 7, inner: Nested())", AllTypes(u32=7, inner=Nested())),
+        ('AllTypes(inner: Nested(u32: 5), rs: ["a", "", "ü"], rn: [Nested(), Nested(u32: 1)])',
+         AllTypes(inner=Nested(u32=5), rs=["a", "", "ü"], rn=[Nested(), Nested(u32=1)])),
     ]
     for swift, value in cases:
         row(swift, value)
@@ -156,18 +163,17 @@ def noise():
     client_ephemeral = bytes([0x11] * 32)
     server_ephemeral = bytes([0x22] * 32)
 
-    client = NoiseConnection.from_name(name)
-    client.set_as_initiator()
-    client.set_psks(psk)
-    client.set_prologue(prologue)
-    client.set_keypair_from_private_bytes(Keypair.EPHEMERAL, client_ephemeral)
-    client.start_handshake()
-    server = NoiseConnection.from_name(name)
-    server.set_as_responder()
-    server.set_psks(psk)
-    server.set_prologue(prologue)
-    server.set_keypair_from_private_bytes(Keypair.EPHEMERAL, server_ephemeral)
-    server.start_handshake()
+    def side(initiator, ephemeral):
+        connection = NoiseConnection.from_name(name)
+        connection.set_as_initiator() if initiator else connection.set_as_responder()
+        connection.set_psks(psk)
+        connection.set_prologue(prologue)
+        connection.set_keypair_from_private_bytes(Keypair.EPHEMERAL, ephemeral)
+        connection.start_handshake()
+        return connection
+
+    client = side(True, client_ephemeral)
+    server = side(False, server_ephemeral)
 
     first = client.write_message()
     server.read_message(first)
