@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → Gateway → (Access → HTTPServer, BLE, Sensors, Dashboard); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading); ESPHomeAPI → (CNettle, CLinux, Threading);
+// executables → MQTT → (CMosquitto, Threading); executables → ESPHomeProxy → (ESPHomeAPI → (CNettle, CLinux, Threading), BLE);
 // Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). Only CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
 
@@ -71,8 +71,12 @@ let package = Package(
         // The ESPHome native API (protobuf messages, plaintext and Noise frames, a TCP server on a
         // thread of its own), knowing nothing of gattway.
         .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Threading"]),
+        // The ESPHome-API door (`--esphome-api`): gattway as a Home Assistant Bluetooth proxy.
+        // What it takes from the gateway's core is in one file (GatewayCore.swift).
+        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "BLE"]),
 
-        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
+        .executableTarget(name: "gattway", dependencies: ["Gateway", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT",
+                                                          "ESPHomeAPI", "ESPHomeProxy"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 

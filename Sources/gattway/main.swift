@@ -3,6 +3,8 @@ import BLE
 import BlueZ
 import DBus
 import Dispatch
+import ESPHomeAPI
+import ESPHomeProxy
 import FoundationEssentials
 import Gateway
 import Glibc
@@ -154,6 +156,17 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
     }
 }
 
+/// `--esphome-api`: the door, listening; its node name is the gateway id, else the host's name.
+func startESPHome(_ options: Options, port: UInt16, central: BlueZCentral) async throws(APIServerError) -> ESPHomeProxy {
+    let name = options.gatewayID ?? BridgeTopics.gatewayID(fromHostName: hostName())
+    let configuration = APIServer.Configuration(host: options.esphomeHost, port: port, key: options.esphomeKey)
+    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion,
+                                       core: GatewayCore(central: central), log: { log("esphome: \($0)") })
+    log("esphome: listening on \(urlHost(options.esphomeHost)):\(proxy.port) (ESPHome native API, "
+        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name)")
+    return proxy
+}
+
 /// A host as it stands in a URL: an IPv6 address in brackets.
 func urlHost(_ host: String) -> String { host.contains(":") ? "[\(host)]" : host }
 
@@ -287,6 +300,18 @@ func run(_ options: Options) async -> Int32 {
         log("gattway: \(error)")
         return 1
     }
+    let esphome: ESPHomeProxy?
+    if let port = options.esphomePort {
+        do {
+            esphome = try await startESPHome(options, port: port, central: central)
+        } catch {
+            log("gattway: --esphome-api: \(error)")
+            server.stop(); central.close(); simulation?.stop()
+            return 1
+        }
+    } else {
+        esphome = nil
+    }
     Task {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
@@ -301,6 +326,7 @@ func run(_ options: Options) async -> Int32 {
 
     let signal = await termination.wait()
     log("signal \(signal): shutting down")
+    esphome?.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
         await mqtt.exposer?.stop()
