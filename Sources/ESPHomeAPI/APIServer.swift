@@ -72,10 +72,9 @@ public final class APIServer: Sendable {
             throw APIServerError(call: "epoll", errno: code)
         }
         mailbox = Mailbox(wakeFD: wake)
-        let loop = Loop(configuration: configuration, server: self, listener: listener, epoll: epoll, handler: handler, log: log)
         let done = self.done
-        Threads.start(name: "esphome-api") {
-            loop.run()
+        Threads.start(name: "esphome-api") { [self] in
+            Loop(configuration: configuration, server: self, listener: listener, epoll: epoll, handler: handler, log: log).run()
             done.signal()
         }
     }
@@ -126,9 +125,9 @@ public final class APIServer: Sendable {
         }
     }
 
-    /// The server's thread and its state. Unchecked Sendable: handed to the thread at start, then
-    /// touched by it only (other threads reach it through the mailbox).
-    private final class Loop: @unchecked Sendable {
+    /// The server's thread and its state, made on that thread and touched by it only (other
+    /// threads reach it through the mailbox).
+    private final class Loop {
         /// epoll data of the eventfd and of the listening socket; clients' ids count from 2.
         static let wakeToken: UInt64 = 0
         static let listenerToken: UInt64 = 1
