@@ -1,9 +1,10 @@
 // swift-tools-version:6.0
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
-// Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge) → GatewayCore → (BLE, Sensors);
-// HTTPAPI → (Access → HTTPServer, Dashboard); BlueZ → (DBus, BLE); executables → MQTT → (CMosquitto, Threading);
-// Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports another door; the core imports no
-// door and no transport (Tests/architecture.py checks it). Only CDBus/CMicroHTTPD/CNettle/CMosquitto touch C.
+// Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge, ESPHomeProxy) → GatewayCore → (BLE, Sensors);
+// HTTPAPI → (Access → HTTPServer, Dashboard); ESPHomeProxy → ESPHomeAPI → (CNettle, CLinux, Threading); BlueZ → (DBus, BLE);
+// executables → MQTT → (CMosquitto, Threading); Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports
+// another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
+// CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
 
 // The release binary is linked by lld with its relative relocations packed (DT_RELR, glibc
@@ -39,11 +40,14 @@ let package = Package(
         // cannot call (variadics, macros, code between fork and exec), so no separate C target is needed.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
-        // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only).
+        // Nettle, for AES-CCM with the 4-byte tags of BTHome (GnuTLS's AEAD API has 8 and 16 only),
+        // and the ESPHome API's Noise handshake (X25519, ChaCha20-Poly1305, SHA-256, HMAC).
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
         // libmosquitto's headers (libmosquitto-dev), for the MQTT bridge (`--mqtt`). Not linked (no
         // pkgConfig: it would add -lmosquitto): the MQTT module opens the library when it is used.
         .systemLibrary(name: "CMosquitto"),
+        // epoll and eventfd (in libc; Glibc's module leaves them out), for the ESPHome API's server.
+        .systemLibrary(name: "CLinux"),
 
         // Tools for code that runs on several threads, for every layer.
         .target(name: "Threading"),
@@ -73,9 +77,15 @@ let package = Package(
         // An MQTT client over libmosquitto (reconnect, last will, QoS/retain, MQTT 5 properties),
         // knowing nothing of gattway; the executable hands it to the MQTT bridge.
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
+        // The ESPHome native API (protobuf messages, plaintext and Noise frames, a TCP server on a
+        // thread of its own), knowing nothing of gattway.
+        .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Threading"]),
+        // The ESPHome-API door (`--esphome-api`): gattway as a Home Assistant Bluetooth proxy.
+        // What it takes from the gateway's core is in one file (GatewayCore.swift).
+        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE"]),
 
-        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "Access", "HTTPServer", "BlueZ",
-                                                          "Simulator", "DBus", "Sensors", "MQTT"],
+        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "Access",
+                                                          "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
 
@@ -96,6 +106,8 @@ let package = Package(
         .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "GatewayCore", "GatewayTesting", "HTTPServer", "BLE", "Sensors",
                                                          "Threading", "Dashboard"]),
         .testTarget(name: "MQTTBridgeTests", dependencies: ["MQTTBridge", "GatewayCore", "GatewayTesting", "BLE", "Sensors"]),
+        // make-vectors.py writes the protobuf and Noise vectors the tests compare with.
+        .testTarget(name: "ESPHomeAPITests", dependencies: ["ESPHomeAPI"], exclude: ["make-vectors.py"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import BLE
+import ESPHomeAPI
 import GatewayCore
 import HTTPAPI
 import MQTTBridge
@@ -66,6 +67,11 @@ struct Options {
     var mqttExposeFile: String?
     /// Home Assistant's `expire_after` for the sensors' entities (`--mqtt-expire-after`, 0: none).
     var mqttExpireAfter = 600
+    /// The ESPHome native API (`--esphome-api [HOST:]PORT`; no port: not served) and its Noise key
+    /// (`--esphome-key`; nil: plaintext).
+    var esphomeHost = "127.0.0.1"
+    var esphomePort: UInt16?
+    var esphomeKey: EncryptionKey?
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -95,6 +101,7 @@ struct Options {
                    [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
                     [--mqtt-expire-after SECONDS]]
+                   [--esphome-api [HOST:]PORT [--esphome-key BASE64]]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -162,9 +169,9 @@ struct Options {
                            `#` comments). With tokens every route but GET /v1/state needs
                            Authorization: Bearer TOKEN (?access_token= for event streams).
                            SIGHUP reads the file again
-      --no-auth            serve a non-loopback --listen address without tokens (anyone who
-                           can reach it may use every device); without tokens gattway refuses
-                           to listen beyond loopback otherwise
+      --no-auth            serve a non-loopback --listen address without tokens, or a
+                           non-loopback --esphome-api without --esphome-key (anyone who can
+                           reach it may use every device); gattway refuses to otherwise
       --allow-origin ORIGIN
                            a web origin (scheme://host[:port], or *) whose pages may use the
                            API (CORS) and open WebSockets; repeatable. Default: only pages the
@@ -232,6 +239,17 @@ struct Options {
                            unchanged reading published again after half of it. Polled
                            characteristics: at least 3 polls; notified ones: their own
                            "expireAfter" only
+      --esphome-api [HOST:]PORT
+                           also serve the ESPHome native API, as a Bluetooth proxy for Home
+                           Assistant (its usual port is 6053; default host 127.0.0.1; port 0
+                           picks a free port, printed at start). So far: hello, device info
+                           (the proxy's features, the adapter's address), ping, time; the
+                           Bluetooth requests are refused. See README.md
+      --esphome-key BASE64 the API's encryption key, as ESPHome's `api: encryption: key:`:
+                           32 random bytes in base64 (head -c 32 /dev/urandom | base64).
+                           Clients must then speak Noise with the same key; without it the API
+                           is plaintext, and gattway refuses to serve it beyond loopback
+                           unless --no-auth
       --config FILE        options from a file, as if given before the command line's (so
                            the command line's win; repeatable ones add up): a line is an option
                            without its dashes and its value, "listen 0.0.0.0:8080",
@@ -245,7 +263,8 @@ struct Options {
       GATTWAY_LISTEN, GATTWAY_ADAPTER, GATTWAY_SIMULATE (a file, or "builtin"),
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
       GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
-      GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE
+      GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE, GATTWAY_ESPHOME_API,
+      GATTWAY_ESPHOME_KEY
                                 defaults for the options above; flags (and --config) win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
@@ -287,6 +306,8 @@ struct Options {
             if let url = environment("GATTWAY_MQTT"), !url.isEmpty { try options.setMQTT(url) }
             if let id = environment("GATTWAY_GATEWAY_ID"), !id.isEmpty { options.gatewayID = id }
             if let file = environment("GATTWAY_MQTT_EXPOSE"), !file.isEmpty { options.mqttExposeFile = file }
+            if let api = environment("GATTWAY_ESPHOME_API"), !api.isEmpty { try options.setESPHomeAPI(api) }
+            if let key = environment("GATTWAY_ESPHOME_KEY"), !key.isEmpty { try options.setESPHomeKey(key, source: "GATTWAY_ESPHOME_KEY") }
             let (commandLine, configFile) = try Options.takeConfigFile(arguments)
             if let configFile { try options.apply(configFile: configFile, readFile: readFile) }
             var rest = commandLine[...]
@@ -301,6 +322,9 @@ struct Options {
             }
             if options.mqtt?.tls != true && (options.mqttCA != nil || options.mqttCertificate != nil) {
                 throw UsageError("--mqtt-ca, --mqtt-cert and --mqtt-key are for an mqtts:// broker")
+            }
+            if options.esphomeKey != nil && options.esphomePort == nil {
+                throw UsageError("--esphome-key is the key of the ESPHome API: give --esphome-api [HOST:]PORT too")
             }
             if options.mqttExposeFile != nil && options.mqtt == nil {
                 throw UsageError("--mqtt-expose publishes to the broker of --mqtt: give --mqtt URL too")
@@ -320,6 +344,12 @@ struct Options {
             return .exit(code: 2, message: """
                 gattway: --listen \(options.host) without tokens would let anyone who reaches it use every device.
                 Give --tokens FILE (or GATTWAY_TOKENS), or --no-auth to do it anyway.
+                """)
+        }
+        if !options.noAuth && options.esphomePort != nil && !isLoopback(options.esphomeHost) && options.esphomeKey == nil {
+            return .exit(code: 2, message: """
+                gattway: --esphome-api \(urlHost(options.esphomeHost)):\(options.esphomePort!) without a key would let anyone who reaches it use every device.
+                Give --esphome-key BASE64 (or GATTWAY_ESPHOME_KEY), or --no-auth to do it anyway.
                 """)
         }
         return .run(options)
@@ -469,6 +499,8 @@ struct Options {
         case "--gateway-id": gatewayID = try value()
         case "--mqtt-prefix": mqttPrefix = try value()
         case "--mqtt-expose": mqttExposeFile = try value()
+        case "--esphome-api": try setESPHomeAPI(try value())
+        case "--esphome-key": try setESPHomeKey(try value(), source: "--esphome-key")
         case "--mqtt-expire-after":
             guard let n = Int(try value()), (0...604_800).contains(n) else {
                 throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
@@ -504,14 +536,36 @@ struct Options {
     }
 
     private mutating func setListen(_ text: String) throws {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+        guard let (host, port) = Self.hostAndPort(text) else {
             throw UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:8080, not \"\(text)\"")
         }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw UsageError("--listen needs a host, e.g. 0.0.0.0:\(port)") }
+        guard let host, !host.isEmpty else { throw UsageError("--listen needs a host, e.g. 0.0.0.0:\(port)") }
         self.host = host
         self.port = port
+    }
+
+    private mutating func setESPHomeAPI(_ text: String) throws {
+        guard let (host, port) = Self.hostAndPort(text), host?.isEmpty != true else {
+            throw UsageError("--esphome-api takes [HOST:]PORT, e.g. 6053 or 0.0.0.0:6053, not \"\(text)\"")
+        }
+        if let host { esphomeHost = host }
+        esphomePort = port
+    }
+
+    private mutating func setESPHomeKey(_ text: String, source: String) throws {
+        guard let key = EncryptionKey(base64: text) else {
+            throw UsageError("\(source) takes 32 bytes in base64, as ESPHome's api: encryption: key: (head -c 32 /dev/urandom | base64)")
+        }
+        esphomeKey = key
+    }
+
+    /// "HOST:PORT" or, with `host` nil, "PORT"; an IPv6 host in brackets ("[::1]:6053").
+    private static func hostAndPort(_ text: String) -> (host: String?, port: UInt16)? {
+        guard let colon = text.lastIndex(of: ":") else { return UInt16(text).map { (nil, $0) } }
+        guard let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return (host, port)
     }
 }
 

@@ -3,6 +3,8 @@ import BLE
 import BlueZ
 import DBus
 import Dispatch
+import ESPHomeAPI
+import ESPHomeProxy
 import FoundationEssentials
 import GatewayCore
 import Glibc
@@ -142,6 +144,17 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
     } catch {
         log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force", .warning)
     }
+}
+
+/// `--esphome-api`: the door, listening; its node name is the gateway id, else the host's name.
+func startESPHome(_ options: Options, port: UInt16, gateway: Gateway) async throws(APIServerError) -> ESPHomeProxy {
+    let name = options.gatewayID ?? BridgeTopics.gatewayID(fromHostName: hostName())
+    let configuration = APIServer.Configuration(host: options.esphomeHost, port: port, key: options.esphomeKey)
+    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion,
+                                       gateway: gateway, log: { log("esphome: \($0)") })
+    log("esphome: listening on \(urlHost(options.esphomeHost)):\(proxy.port) (ESPHome native API, "
+        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name)")
+    return proxy
 }
 
 /// A host as it stands in a URL: an IPv6 address in brackets.
@@ -285,6 +298,18 @@ func run(_ options: Options) async -> Int32 {
         log("gattway: \(error)", .error)
         return 1
     }
+    let esphome: ESPHomeProxy?
+    if let port = options.esphomePort {
+        do {
+            esphome = try await startESPHome(options, port: port, gateway: gateway)
+        } catch {
+            log("gattway: --esphome-api: \(error)")
+            server.stop(); central.close(); simulation?.stop()
+            return 1
+        }
+    } else {
+        esphome = nil
+    }
     Task {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
@@ -321,6 +346,7 @@ func run(_ options: Options) async -> Int32 {
     log("signal \(signal): shutting down")
     service.notify("STOPPING=1")
     watchdog?.stop()
+    esphome?.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
         await mqtt.exposer?.stop()

@@ -1,0 +1,93 @@
+import Glibc
+
+public struct APIServerError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+
+    init(_ description: String) { self.description = description }
+
+    init(call: String, errno code: Int32) {
+        description = "\(call): \(String(cString: strerror(code)))"
+    }
+}
+
+/// The server's listening socket and the names of the sockets it accepts.
+enum Listener {
+    /// A non-blocking socket listening on `host` (an IPv4 or IPv6 literal, or "localhost") and
+    /// `port` (0: one the kernel picks); returns it and its port.
+    static func open(host: String, port: UInt16) throws(APIServerError) -> (fd: Int32, port: UInt16) {
+        var hints = addrinfo()
+        hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var found: UnsafeMutablePointer<addrinfo>?
+        let literal = host == "localhost" ? "127.0.0.1" : host
+        let status = getaddrinfo(literal, String(port), &hints, &found)
+        guard status == 0, let info = found else {
+            throw APIServerError("\(host) is not an IP address (\(String(cString: gai_strerror(status))))")
+        }
+        defer { freeaddrinfo(found) }
+        let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw APIServerError(call: "socket", errno: errno) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0, listen(fd, 16) == 0 else {
+            let code = errno
+            close(fd)
+            throw APIServerError(call: "listening on \(host):\(port)", errno: code)
+        }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let bound = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard bound == 0 else {
+            let code = errno
+            close(fd)
+            throw APIServerError(call: "getsockname", errno: code)
+        }
+        return (fd, name(of: storage, length: length).port)
+    }
+
+    enum Accepted {
+        case accepted(fd: Int32, peer: String)
+        /// None waits.
+        case none
+        case failed(errno: Int32)
+    }
+
+    /// Accepts one waiting connection, non-blocking, with TCP_NODELAY (the API's messages are
+    /// small and each is awaited).
+    static func accept(_ listener: Int32) -> Accepted {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let fd = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.accept(listener, $0, &length)
+            }
+        }
+        guard fd >= 0 else { return errno == EAGAIN || errno == EWOULDBLOCK ? .none : .failed(errno: errno) }
+        // accept4 would do both at once, but Glibc's module leaves it out (it needs _GNU_SOURCE).
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let (host, port) = name(of: storage, length: length)
+        return .accepted(fd: fd, peer: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+    }
+
+    private static func name(of storage: sockaddr_storage, length: socklen_t) -> (host: String, port: UInt16) {
+        var storage = storage
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        var service = [CChar](repeating: 0, count: Int(NI_MAXSERV))
+        let status = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                getnameinfo($0, length, &host, socklen_t(host.count), &service, socklen_t(service.count),
+                            NI_NUMERICHOST | NI_NUMERICSERV)
+            }
+        }
+        guard status == 0 else { return ("?", 0) }
+        func text(_ chars: [CChar]) -> String {
+            String(decoding: chars.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return (text(host), UInt16(text(service)) ?? 0)
+    }
+}
