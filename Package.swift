@@ -59,6 +59,8 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
+        // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
+        .target(name: "Sockets"),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
         .target(name: "Access", dependencies: ["HTTPServer", "Threading"]),
         // The browser dashboard's static files, embedded in the binary; served by Gateway.
@@ -79,7 +81,7 @@ let package = Package(
         .target(name: "MQTT", dependencies: ["CMosquitto", "Threading"]),
         // The ESPHome native API (protobuf messages, plaintext and Noise frames, a TCP server on a
         // thread of its own), knowing nothing of gattway.
-        .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Threading"]),
+        .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Sockets", "Threading"]),
         // The ESPHome-API door (`--esphome-api`): gattway as a Home Assistant Bluetooth proxy.
         // What it takes from the gateway's core is in one file (GatewayCore.swift).
         .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE"]),

@@ -1,8 +1,20 @@
 import CLinux
 import Dispatch
 import Glibc
+import Sockets
 import Synchronization
 import Threading
+
+/// Why the server could not start (its socket), or a call it depends on failed.
+public struct APIServerError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+
+    init(_ description: String) { self.description = description }
+
+    init(call: String, errno code: Int32) {
+        self.init(SocketError(call: call, errno: code).description)
+    }
+}
 
 /// A TCP server for the ESPHome native API: plaintext, or Noise with a key.
 ///
@@ -61,7 +73,12 @@ public final class APIServer: Sendable {
 
     public init(_ configuration: Configuration, identity: Identity, handler: any APIHandler,
                 log: @escaping @Sendable (String) -> Void) throws(APIServerError) {
-        let (listener, port) = try Listener.open(host: configuration.host, port: configuration.port)
+        let (listener, port): (Int32, UInt16)
+        do throws(SocketError) {
+            (listener, port) = try TCPListener.open(host: configuration.host, port: configuration.port)
+        } catch {
+            throw APIServerError(error.description)
+        }
         self.port = port
         self.identity = Mutex(identity)
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -276,7 +293,7 @@ public final class APIServer: Sendable {
         private func acceptClients() {
             while true {
                 let accepted: (fd: Int32, peer: String)
-                switch Listener.accept(listener) {
+                switch TCPListener.accept(listener) {
                 case .accepted(let fd, let name): accepted = (fd, name)
                 case .none: return
                 case .failed(let code):

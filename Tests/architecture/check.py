@@ -3,7 +3,7 @@
 
 Reads the targets' dependencies in Package.swift and the `import` lines of every Swift file
 under Sources/, and fails (exit 1, each violation on a line) when:
-  - the core (GatewayCore) depends on or imports a door, a transport (HTTPServer, MQTT, Access,
+  - the core (GatewayCore) depends on or imports a door, a transport (HTTPServer, MQTT, Access, Sockets,
     Dashboard and their C libraries) or a backend (BlueZ, DBus, Simulator);
   - a door (HTTPAPI, MQTTBridge, ESPHomeProxy, SerialBridge) depends on or imports another door
     or a backend (the doors reach Bluetooth through the core's Central);
@@ -22,7 +22,7 @@ import sys
 
 CORE = {"GatewayCore"}
 DOORS = {"HTTPAPI", "MQTTBridge", "ESPHomeProxy", "SerialBridge"}
-TRANSPORTS = {"HTTPServer", "MQTT", "Access", "Dashboard", "CMicroHTTPD", "CMosquitto"}
+TRANSPORTS = {"HTTPServer", "MQTT", "Access", "Dashboard", "Sockets", "CMicroHTTPD", "CMosquitto"}
 BACKENDS = {"BlueZ", "DBus", "CDBus", "Simulator"}
 EXECUTABLES = {"gattway", "gattway-sim"}
 

@@ -1,20 +1,22 @@
 import Glibc
 
-public struct APIServerError: Error, CustomStringConvertible, Sendable {
+/// What a socket call refused, in words (the call and its errno's text).
+public struct SocketError: Error, CustomStringConvertible, Sendable {
     public let description: String
 
-    init(_ description: String) { self.description = description }
+    public init(_ description: String) { self.description = description }
 
-    init(call: String, errno code: Int32) {
+    public init(call: String, errno code: Int32) {
         description = "\(call): \(String(cString: strerror(code)))"
     }
 }
 
-/// The server's listening socket and the names of the sockets it accepts.
-enum Listener {
+/// A TCP server's listening socket and the names of the sockets it accepts (the ESPHome API's
+/// server and the serial ports').
+public enum TCPListener {
     /// A non-blocking socket listening on `host` (an IPv4 or IPv6 literal, or "localhost") and
     /// `port` (0: one the kernel picks); returns it and its port.
-    static func open(host: String, port: UInt16) throws(APIServerError) -> (fd: Int32, port: UInt16) {
+    public static func open(host: String, port: UInt16) throws(SocketError) -> (fd: Int32, port: UInt16) {
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -22,17 +24,17 @@ enum Listener {
         let literal = host == "localhost" ? "127.0.0.1" : host
         let status = getaddrinfo(literal, String(port), &hints, &found)
         guard status == 0, let info = found else {
-            throw APIServerError("\(host) is not an IP address (\(String(cString: gai_strerror(status))))")
+            throw SocketError("\(host) is not an IP address (\(String(cString: gai_strerror(status))))")
         }
         defer { freeaddrinfo(found) }
         let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw APIServerError(call: "socket", errno: errno) }
+        guard fd >= 0 else { throw SocketError(call: "socket", errno: errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         guard bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0, listen(fd, 16) == 0 else {
             let code = errno
             close(fd)
-            throw APIServerError(call: "listening on \(host):\(port)", errno: code)
+            throw SocketError(call: "listening on \(host):\(port)", errno: code)
         }
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -42,21 +44,21 @@ enum Listener {
         guard bound == 0 else {
             let code = errno
             close(fd)
-            throw APIServerError(call: "getsockname", errno: code)
+            throw SocketError(call: "getsockname", errno: code)
         }
         return (fd, name(of: storage, length: length).port)
     }
 
-    enum Accepted {
+    public enum Accepted {
         case accepted(fd: Int32, peer: String)
         /// None waits.
         case none
         case failed(errno: Int32)
     }
 
-    /// Accepts one waiting connection, non-blocking, with TCP_NODELAY (the API's messages are
-    /// small and each is awaited).
-    static func accept(_ listener: Int32) -> Accepted {
+    /// Accepts one waiting connection, non-blocking, with TCP_NODELAY (small messages, each
+    /// awaited: the API's requests, a terminal's keystrokes).
+    public static func accept(_ listener: Int32) -> Accepted {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let fd = withUnsafeMutablePointer(to: &storage) {
