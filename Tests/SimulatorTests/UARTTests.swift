@@ -29,6 +29,18 @@ import Testing
         (start..<start + count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 / 251) }
     }
 
+    /// Writes to `path` one after the other, of these sizes and write types, with bytes of
+    /// `pattern`; returns all that was written.
+    private func write(_ sim: Sim, _ path: String, _ writes: [(count: Int, type: String)]) async throws -> [UInt8] {
+        var written: [UInt8] = []
+        for (count, type) in writes {
+            let bytes = pattern(count, from: written.count)
+            try await sim.write(path, bytes, type: type)
+            written += bytes
+        }
+        return written
+    }
+
     @Test("the UART modules advertise their service, and offer its characteristics with MTU 247", arguments: [
         (Sim.nus, nusService, nusRX, ["write-without-response", "write"], nusTX, ["notify"]),
         (Sim.mchp, mchpService, mchpRX, ["write-without-response", "write"], mchpTX, ["notify"]),
@@ -60,18 +72,10 @@ import Testing
         let txPath = try await sim.characteristic(address, tx)
         try await sim.call(txPath, Interface.characteristic, "StartNotify")
         let mark = sim.mark
-        var written: [UInt8] = []
-        for i in 0..<10 {
-            // Commands as large as they can be (MTU-3), requests long writes (prepare/execute).
-            let command = pattern(244, from: written.count)
-            try await sim.write(rxPath, command, type: "command")
-            written += command
-            if i % 3 == 0 {
-                let request = pattern(500, from: written.count)
-                try await sim.write(rxPath, request, type: "request")
-                written += request
-            }
-        }
+        // Commands as large as they can be (MTU-3), requests long writes (prepare/execute).
+        let written = try await write(sim, rxPath, (0..<10).flatMap { i in
+            [(244, "command")] + (i % 3 == 0 ? [(500, "request")] : [])
+        })
         let echoed = try await sim.notified(txPath, after: mark, count: written.count)
         #expect(echoed == written)
         #expect(sim.pieces(txPath, after: mark).allSatisfy { $0.count <= 244 })
@@ -84,12 +88,7 @@ import Testing
         let (sim, rx, tx) = try await nus(#""bufferBytes": 1000, "drainBytesPerSecond": 1"#)
         defer { sim.close() }
         let mark = sim.mark
-        var written: [UInt8] = []
-        for _ in 0..<8 {
-            let command = pattern(150, from: written.count)
-            try await sim.write(rx, command, type: "command")
-            written += command
-        }
+        let written = try await write(sim, rx, Array(repeating: (150, "command"), count: 8))
         #expect(try await sim.uartStats(Sim.nus) == UARTState.Counters(received: 1000, dropped: 200))
         // Drained fast now: what the buffer held, the first 1000 bytes (6 writes and 100 of the seventh).
         try await sim.setUART(Sim.nus, #"{"rx": "\#(Self.nusRX)", "tx": "\#(Self.nusTX)", "bufferBytes": 1000, "drainBytesPerSecond": 1000000}"#)
