@@ -46,6 +46,8 @@ enum Interface {
                   Method(name: "SetServiceData", input: "ssay", output: ""),
                   Method(name: "SetServices", input: "ssb", output: ""), Method(name: "SetPairing", input: "ss", output: ""),
                   Method(name: "DisplayedPasskey", input: "s", output: "u"),
+                  Method(name: "SetUART", input: "ss", output: ""), Method(name: "UARTStats", input: "s", output: "tttt"),
+                  Method(name: "ResetUARTStats", input: "s", output: ""),
                   Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
                   Method(name: "EndDiscovery", input: "", output: "")],
     ]

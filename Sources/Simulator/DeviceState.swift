@@ -63,6 +63,8 @@ struct DeviceState: Sendable {
     var peripheral: Peripheral
     /// How the peripheral pairs (`SetPairing` replaces it).
     var pairingConfig: SimulatorConfiguration.Pairing
+    /// Its serial port, if it is a UART module (`SetUART` replaces the settings).
+    var uart: UARTState
     /// The peripheral's table changed while a bonded bluetoothd was away: it indicates Service
     /// Changed at the next connection, as a server does for a bonded client.
     var serviceChangedPending = false
@@ -100,6 +102,7 @@ struct DeviceState: Sendable {
         path = adapterPath.child("dev_" + config.address.joined(by: "_"))!
         peripheral = Peripheral(AttributeTable(config, path: path))
         pairingConfig = config.pairing
+        uart = UARTState(config.uart)
         faults = config.faults
         connectFailuresLeft = config.faults.connectError?.count
         // The packet counter starts at the Unix time, so that it still grows after the simulator

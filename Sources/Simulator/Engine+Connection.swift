@@ -151,6 +151,7 @@ extension Engine {
             }
         }
         if !resolved { resolveServices(d) }
+        startUART(d)  // its stream, for sessions kept from the last connection
         if let ms = devices[d].faults.dropLinkAfterMs {
             tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
         }

@@ -88,6 +88,29 @@ extension Engine {
                 return fail(call, Engine.controlError("NotPairing", "\(devices[d].address) displays no passkey"))
             }
             reply(call, [.uint32(passkey)])
+        case "SetUART":
+            guard let d = device(call, args[0]) else { return }
+            let json = args[1] ?? ""
+            do {
+                let settings = try json.isEmpty ? nil : SimulatorConfiguration.UART.parse(json)
+                try settings?.validate(against: devices[d].peripheral.table.characteristics.map(\.configuration), at: "")
+                log("\(devices[d].address): uart set to \(json.isEmpty ? "none" : json)")
+                reply(call)
+                setUART(d, settings)
+            } catch {
+                fail(call, Engine.controlError("InvalidArguments", "uart: \(error.message)"))
+            }
+        case "UARTStats", "ResetUARTStats":
+            guard let d = device(call, args[0]) else { return }
+            guard devices[d].uart.settings != nil else {
+                return fail(call, Engine.controlError("NoUART", "\(devices[d].address) has no UART"))
+            }
+            if member == "ResetUARTStats" {
+                devices[d].uart.counters = UARTState.Counters()
+                return reply(call)
+            }
+            let counters = devices[d].uart.counters
+            reply(call, [.uint64(counters.received), .uint64(counters.dropped), .uint64(counters.echoed), .uint64(counters.streamed)])
         case "SetServiceData":
             guard let d = device(call, args[0]) else { return }
             guard let uuid = BluetoothUUID(args[1] ?? "") else {

@@ -145,7 +145,10 @@ extension Engine {
         guard data.count <= devices[d].mtu - 3 else { return fail(call, BlueZError.failed("Failed to initiate write")) }
         reply(call)
         // The peer drops a command it would refuse; nobody hears of it.
-        if case .success(let written) = peerWrite(d, handle: info.valueHandle, data, offset: 0, command: true) { echo(d, written) }
+        if case .success(let written) = peerWrite(d, handle: info.valueHandle, data, offset: 0, command: true),
+           !uartReceive(d, written, data, request: nil) {
+            echo(d, written)
+        }
     }
 
     private func writeDescriptor(_ call: Message, _ d: Int, _ x: Int) {
@@ -177,6 +180,7 @@ extension Engine {
         }
         switch peerWrite(d, handle: handle(d, attribute), data, offset: offset, command: false) {
         case .success(let written):
+            if case .characteristic(let c) = attribute, uartReceive(d, written, data, request: (c, pending)) { return }
             reply(pending.call)
             echo(d, written)
         case .failure(let failure):
@@ -289,6 +293,7 @@ extension Engine {
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
         for waiter in subscribing.waiters { reply(waiter.call) }
+        startUART(d)  // its stream, if this is its tx
     }
 
     /// StopNotify, or the client left the bus. Notifying turns false when no session remains
@@ -310,16 +315,18 @@ extension Engine {
 
     /// The peripheral notifies (or indicates) its characteristic `c`: bluetoothd hears it while
     /// connected and subscribed, under the value handle, and passes it to the characteristic it
-    /// cached there; it stores it and signals Value even when it did not change.
-    func notify(_ d: Int, _ c: Int, _ value: [UInt8]) {
-        guard devices[d].hasGATT, let cached = subscribedCharacteristic(d, c) else { return }
+    /// cached there; it stores it and signals Value even when it did not change. False: not heard.
+    @discardableResult
+    func notify(_ d: Int, _ c: Int, _ value: [UInt8]) -> Bool {
+        guard devices[d].hasGATT, let cached = subscribedCharacteristic(d, c) else { return false }
         devices[d].gatt.characteristics[cached].state.cached = value
         propertiesChanged(.characteristic(d, cached), Interface.characteristic, ["Value"])
+        return true
     }
 
     /// The cached characteristic at the value handle of the peripheral's characteristic `c`, if a
     /// session has it subscribed (the peripheral's CCCD is then on).
-    private func subscribedCharacteristic(_ d: Int, _ c: Int) -> Int? {
+    func subscribedCharacteristic(_ d: Int, _ c: Int) -> Int? {
         guard let cached = devices[d].gatt.characteristic(valueHandle: devices[d].peripheral.table.characteristics[c].valueHandle),
               devices[d].gatt.characteristics[cached].state.sessions.values.contains(.active) else { return nil }
         return cached

@@ -18,6 +18,9 @@ import Synchronization
 ///   (a firmware update); bluetoothd's objects, its GATT cache, follow when it discovers again
 /// - `SetPairing(s address, s pairingJSON)` replaces how a device pairs (`SimulatorConfiguration.Pairing`)
 /// - `DisplayedPasskey(s address) → u` the passkey a device displays while pairing
+/// - `SetUART(s address, s uartJSON)` replaces a device's UART (`SimulatorConfiguration.UART`; "" removes it)
+/// - `UARTStats(s address) → (t received, t dropped, t echoed, t streamed)` a UART's byte counters
+/// - `ResetUARTStats(s address)`
 /// - `Restart(u downMs)` plays bluetoothd exiting (links, discovery and notify sessions gone,
 ///   org.bluez released, no signals) and starting again `downMs` later (unpaired devices forgotten)
 /// - `SetPowered(b on)` powers the adapter off or on, as rfkill or a reset would

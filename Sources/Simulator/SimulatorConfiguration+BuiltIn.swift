@@ -16,7 +16,10 @@ extension SimulatorConfiguration {
     ///   each measuring anew every 2 to 3 s (`sensors`).
     /// - F0:00:00:00:00:0E "Sim Lock": pairs as KeyboardDisplay with passkey 123456; its state
     ///   (…-0011, "locked") needs an authenticated pairing to be read or written.
-    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors + [lock])
+    /// - F0:00:00:00:00:0F "Sim NUS", F0:00:00:00:00:10 "Sim MCHP", F0:00:00:00:00:11 "Sim HM-10":
+    ///   serial ports over BLE (`uartModules`), echoing through the UART model.
+    public static let builtIn = SimulatorConfiguration(devices: [heartRate, serial, secure, iBeacon, eddystone] + sensors + [lock]
+                                                           + uartModules)
 
     private static func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text)! }
 
@@ -158,5 +161,48 @@ extension SimulatorConfiguration {
         Device(address: BluetoothAddress("F0:00:00:00:00:" + last)!, addressType: addressType, name: name, rssi: rssi,
                connectable: connectable, advertisingIntervalMs: 1000, sensor: sensor,
                services: model.map { [genericAttribute, deviceInformation([text("2A24", $0)])] } ?? [])
+    }
+}
+
+extension SimulatorConfiguration {
+    /// BLE-UART modules as they are sold, each advertising its UART service and echoing what is
+    /// written through the UART model (a 4096-byte buffer drained at 20 000 bytes/s), MTU 247:
+    /// - F0:00:00:00:00:0F "Sim NUS": Nordic UART Service, RX 6E400002 (write, write without
+    ///   response), TX 6E400003 (notify).
+    /// - F0:00:00:00:00:10 "Sim MCHP": Microchip's transparent UART (BM70, RN4870), TX
+    ///   49535343-1E4D… (notify), RX 49535343-8841… (write, write without response).
+    /// - F0:00:00:00:00:11 "Sim HM-10": FFE0/FFE1 (read, write, write without response, notify),
+    ///   rx and tx the same characteristic.
+    static let uartModules = [
+        uartModule("0F", "Sim NUS", model: "SIM-NUS-1", rssi: -59, service: nordicUART, characteristics: [
+            Characteristic(uuid: nordicRX, flags: ["write", "write-without-response"]),
+            Characteristic(uuid: nordicTX, flags: ["notify"]),
+        ], rx: nordicRX, tx: nordicTX),
+        uartModule("10", "Sim MCHP", model: "SIM-MCHP-1", rssi: -63, service: microchipUART, characteristics: [
+            Characteristic(uuid: microchipTX, flags: ["notify"]),
+            Characteristic(uuid: microchipRX, flags: ["write", "write-without-response"]),
+        ], rx: microchipRX, tx: microchipTX),
+        uartModule("11", "Sim HM-10", model: "SIM-HM10-1", rssi: -61, service: uuid("FFE0"), characteristics: [
+            Characteristic(uuid: uuid("FFE1"), flags: ["read", "write", "write-without-response", "notify"]),
+        ], rx: uuid("FFE1"), tx: uuid("FFE1")),
+    ]
+
+    static let nordicUART = uuid("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
+    static let nordicRX = uuid("6E400002-B5A3-F393-E0A9-E50E24DCCA9E")
+    static let nordicTX = uuid("6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
+    static let microchipUART = uuid("49535343-FE7D-4AE5-8FA9-9FAFD205E455")
+    static let microchipTX = uuid("49535343-1E4D-4BD9-BA61-23C647249616")
+    static let microchipRX = uuid("49535343-8841-43F4-A8D4-ECBE34729BB3")
+
+    /// A UART module at F0:00:00:00:00:`last` advertising `service`, with a Device Information service.
+    private static func uartModule(_ last: String, _ name: String, model: String, rssi: Int, service: BluetoothUUID,
+                                   characteristics: [Characteristic], rx: BluetoothUUID, tx: BluetoothUUID) -> Device {
+        Device(address: BluetoothAddress("F0:00:00:00:00:" + last)!, name: name, rssi: rssi, advertisingIntervalMs: 1000,
+               uuids: [service], uart: UART(rx: rx, tx: tx),
+               services: [
+                   genericAttribute,
+                   Service(uuid: service, characteristics: characteristics),
+                   deviceInformation([text("2A29", "gattway simulator"), text("2A24", model)]),
+               ])
     }
 }

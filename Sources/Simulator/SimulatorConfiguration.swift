@@ -8,7 +8,7 @@ import Glibc
 /// ```
 /// { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
 ///                "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
-///                "pairingTimeoutMs": 30000, "experimental": false },
+///                "pairingTimeoutMs": 30000, "attTimeoutMs": 30000, "experimental": false },
 ///   "devices": [ {
 ///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate",
 ///     "rssi": -55, "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
@@ -16,7 +16,7 @@ import Glibc
 ///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
 ///     "sensor": { see `Sensor` },
 ///     "mtu": 247, "connectDelayMs": 30, "responseDelayMs": 0,
-///     "pairing": { see `Pairing` },
+///     "pairing": { see `Pairing` }, "uart": { see `UART` },
 ///     "services": [ { "uuid": "180D", "primary": true, "handle": 10, "characteristics": [ {
 ///         "uuid": "2A37", "flags": ["notify"], "value": "0648", "text": "…(UTF-8 instead of value)",
 ///         "generator": "heartRate", "notifyIntervalMs": 1000, "echo": false,
@@ -91,6 +91,7 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
                 break
             }
             try Self.validate(device.services, at: "devices[\(i)].services")
+            try device.uart?.validate(against: device.services.flatMap(\.characteristics), at: "devices[\(i)].uart.")
         }
     }
 
@@ -139,12 +140,16 @@ extension SimulatorConfiguration {
         /// Security Manager's timeout (30 s in Linux's smp.c), which drops the link; it comes
         /// before bluetoothd's own 60 s for an agent request.
         public var pairingTimeoutMs: Int
+        /// How long the central waits for an ATT response before it gives the link up (ATT's
+        /// transaction timeout, 30 s; a UART peripheral holding a write's response can reach it).
+        public var attTimeoutMs: Int
         /// Properties bluetoothd exports only with `--experimental` (Device1.AdvertisingFlags).
         public var experimental: Bool
 
         public init(address: BluetoothAddress = BluetoothAddress("00:1A:7D:DA:71:13")!, name: String = "gattway-sim",
                     powered: Bool = true, temporaryTimeoutSec: Int = 30, disconnectDelayMs: Int = 100,
-                    connectTimeoutMs: Int = 20_000, pairingTimeoutMs: Int = 30_000, experimental: Bool = false) {
+                    connectTimeoutMs: Int = 20_000, pairingTimeoutMs: Int = 30_000, attTimeoutMs: Int = 30_000,
+                    experimental: Bool = false) {
             self.address = address
             self.name = name
             self.powered = powered
@@ -152,11 +157,13 @@ extension SimulatorConfiguration {
             self.disconnectDelayMs = disconnectDelayMs
             self.connectTimeoutMs = connectTimeoutMs
             self.pairingTimeoutMs = pairingTimeoutMs
+            self.attTimeoutMs = attTimeoutMs
             self.experimental = experimental
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, pairingTimeoutMs, experimental
+            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, pairingTimeoutMs, attTimeoutMs
+            case experimental
         }
 
         public init(from decoder: any Decoder) throws {
@@ -170,6 +177,7 @@ extension SimulatorConfiguration {
             disconnectDelayMs = try c.decodeInt(.disconnectDelayMs, default: d.disconnectDelayMs, in: 0...60_000)!
             connectTimeoutMs = try c.decodeInt(.connectTimeoutMs, default: d.connectTimeoutMs, in: 1...600_000)!
             pairingTimeoutMs = try c.decodeInt(.pairingTimeoutMs, default: d.pairingTimeoutMs, in: 1...600_000)!
+            attTimeoutMs = try c.decodeInt(.attTimeoutMs, default: d.attTimeoutMs, in: 1...600_000)!
             experimental = try c.decode(.experimental, default: d.experimental)
         }
     }
@@ -204,6 +212,8 @@ extension SimulatorConfiguration {
         public var connectDelayMs: Int
         /// How it pairs (default: Just Works).
         public var pairing: Pairing
+        /// A serial port behind two of its characteristics (a BLE-UART module).
+        public var uart: UART?
         public var services: [Service]
         public var faults: Faults
 
@@ -212,7 +222,7 @@ extension SimulatorConfiguration {
                     advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
                     advertisingCounter: Bool = false, sensor: Sensor? = nil, mtu: Int = 247, connectDelayMs: Int = 30,
-                    pairing: Pairing = Pairing(), services: [Service] = [], faults: Faults = Faults()) {
+                    pairing: Pairing = Pairing(), uart: UART? = nil, services: [Service] = [], faults: Faults = Faults()) {
             self.address = address
             self.addressType = addressType
             self.name = name
@@ -230,13 +240,14 @@ extension SimulatorConfiguration {
             self.mtu = mtu
             self.connectDelayMs = connectDelayMs
             self.pairing = pairing
+            self.uart = uart
             self.services = services
             self.faults = faults
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
-            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, pairing, services, faults
+            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, pairing, uart, services, faults
         }
 
         public init(from decoder: any Decoder) throws {
@@ -261,6 +272,7 @@ extension SimulatorConfiguration {
             mtu = try c.decodeInt(.mtu, default: d.mtu, in: 23...517)!
             connectDelayMs = try c.decodeInt(.connectDelayMs, default: d.connectDelayMs, in: 0...600_000)!
             pairing = try c.decode(.pairing, default: Pairing())
+            uart = try c.decodeIfPresent(UART.self, forKey: .uart)
             services = try c.decode(.services, default: [])
             faults = try c.decode(.faults, default: Faults())
 
@@ -301,6 +313,7 @@ extension SimulatorConfiguration {
             try c.encode(mtu, forKey: .mtu)
             try c.encode(connectDelayMs, forKey: .connectDelayMs)
             try c.encode(pairing, forKey: .pairing)
+            try c.encodeIfPresent(uart, forKey: .uart)
             try c.encode(services, forKey: .services)
             try c.encode(faults, forKey: .faults)
         }

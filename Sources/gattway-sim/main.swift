@@ -55,11 +55,20 @@ let usage = """
                                           12345678-1234-5678-1234-56789abc0011 "locked"
                                           (encrypt-authenticated read/write: after an
                                           authenticated Pair; Just Works gets ATT 0x0e)
+    Built-in UART modules (advertise their service; "uart" with echo, MTU 247):
+      F0:00:00:00:00:0F "Sim NUS"         Nordic UART 6E400001-B5A3-F393-E0A9-E50E24DCCA9E:
+                                          RX 6E400002-... write/write-without-response,
+                                          TX 6E400003-... notify
+      F0:00:00:00:00:10 "Sim MCHP"        Microchip transparent UART 49535343-FE7D-...:
+                                          TX 49535343-1E4D-... notify,
+                                          RX 49535343-8841-... write/write-without-response
+      F0:00:00:00:00:11 "Sim HM-10"       FFE0/FFE1 read/write/write-without-response/notify
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
       { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
                      "temporaryTimeoutSec": 30, "disconnectDelayMs": 100,
-                     "connectTimeoutMs": 20000, "pairingTimeoutMs": 30000, "experimental": false },
+                     "connectTimeoutMs": 20000, "pairingTimeoutMs": 30000, "attTimeoutMs": 30000,
+                     "experimental": false },
         "devices": [ { "address": "F0:00:00:00:00:10", "name": "Thermo", "rssi": -60,
             "rssiJitter": 3, "txPower": 0, "connectable": true, "advertisingIntervalMs": 1000,
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
@@ -67,6 +76,8 @@ let usage = """
             "connectDelayMs": 30,
             "pairing": { "io": "DisplayOnly", "passkey": 123456, "entersWrong": false },
             "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "<32 hex digits>" },
+            "uart": { "rx": "2A6E", "tx": "2A6E", "echo": true, "bufferBytes": 4096,
+                      "drainBytesPerSecond": 20000, "streamBytesPerSecond": 0 },
             "services": [ { "uuid": "181A", "primary": true, "handle": 10, "characteristics": [
               { "uuid": "2A6E", "flags": ["read", "notify"], "value": "e803",
                 "generator": "counter", "notifyIntervalMs": 1000, "echo": false,
@@ -91,6 +102,12 @@ let usage = """
         With the agent's capability it gives the method (RequestPasskey, DisplayPasskey,
         RequestConfirmation or none); agent errors, wrong passkeys: AuthenticationFailed;
         no answer within pairingTimeoutMs: the link drops, Cancel(), AuthenticationCanceled.
+      uart: a serial port behind rx (written) and tx (notifies; may be rx): writes fill a
+        bufferBytes receive buffer (1 to 1048576) drained at drainBytesPerSecond in 10 ms
+        steps; a write without response loses what does not fit, a write with response is
+        answered once all of it is in (past attTimeoutMs the link drops); with echo what drains
+        is notified on tx in pieces of MTU-3 bytes while tx is subscribed; streamBytesPerSecond
+        sends lines "uart 000123 abcdefghijklmnopqrstuvwxyz\\n" on tx while subscribed.
 
     Faults (per device "faults", or at run time with SetFault; every key optional):
       { "connectError": { "name": "org.bluez.Error.Failed",
@@ -115,6 +132,9 @@ let usage = """
                                          after RemoveDevice (stale: gone handles answer ATT 0x01)
       SetPairing(s address, s pairingJSON)   replace a device's "pairing"
       DisplayedPasskey(s address) -> u   the passkey the device displays while pairing
+      SetUART(s address, s uartJSON)     replace a device's "uart" ("" removes it)
+      UARTStats(s address) -> tttt       bytes received, dropped, echoed, streamed
+      ResetUARTStats(s address)
       Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
                                          gone, unpaired devices forgotten) and is back downMs later
       SetPowered(b on)                   power the adapter off or on (links and discovery end)

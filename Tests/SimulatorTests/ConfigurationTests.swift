@@ -10,7 +10,8 @@ struct ConfigurationTests {
         #expect(SimulatorConfiguration.builtIn.devices.map(\.address.description) == [
             "F0:00:00:00:00:01", "F0:00:00:00:00:02", "F0:00:00:00:00:03", "F0:00:00:00:00:04", "F0:00:00:00:00:05",
             "F0:00:00:00:00:06", "F0:00:00:00:00:07", "F0:00:00:00:00:08", "F0:00:00:00:00:09", "F0:00:00:00:00:0A",
-            "F0:00:00:00:00:0B", "F0:00:00:00:00:0C", "F0:00:00:00:00:0D", "F0:00:00:00:00:0E",
+            "F0:00:00:00:00:0B", "F0:00:00:00:00:0C", "F0:00:00:00:00:0D", "F0:00:00:00:00:0E", "F0:00:00:00:00:0F",
+            "F0:00:00:00:00:10", "F0:00:00:00:00:11",
         ])
         let json = try JSONEncoder().encode(SimulatorConfiguration.builtIn)
         #expect(try SimulatorConfiguration.decode(json) == .builtIn)
@@ -46,6 +47,10 @@ struct ConfigurationTests {
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"io": "Keyboard"}}]}"#, "devices[0].pairing.io"),
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"passkey": 1000000}}]}"#,
          "devices[0].pairing.passkey: 1000000 is out of range 0...999999"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "uart": {"rx": "ffe1", "tx": "ffe1"}}]}"#,
+         "devices[0].uart.rx: the device has no characteristic 0000ffe1-0000-1000-8000-00805f9b34fb"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "uart": {"rx": "ffe1", "tx": "ffe1", "streamBytesPerSecond": -1}}]}"#,
+         "devices[0].uart.streamBytesPerSecond: -1 is out of range 0...10000000"),
     ])
     func errors(json: String, expected: String) {
         do {

@@ -20,6 +20,9 @@ final class Sim: Sendable {
     static let beacon = "F0:00:00:00:00:04"
     static let eddystone = "F0:00:00:00:00:05"
     static let lock = "F0:00:00:00:00:0E"
+    static let nus = "F0:00:00:00:00:0F"
+    static let mchp = "F0:00:00:00:00:10"
+    static let hm10 = "F0:00:00:00:00:11"
     static let adapter = "/org/bluez/hci0"
 
     private init(_ configuration: SimulatorConfiguration) throws {

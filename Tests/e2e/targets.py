@@ -15,6 +15,10 @@ SIM = {
     "duplicated_180a": "F0:00:00:00:00:02",
     # KeyboardDisplay, passkey 123456; its state 12345678-...-56789abc0011 needs an authenticated Pair.
     "lock": "F0:00:00:00:00:0E",
+    # UART modules ("uart" echo, MTU 247): Nordic UART, Microchip transparent UART, HM-10 FFE0/FFE1.
+    "nus": "F0:00:00:00:00:0F",
+    "mchp": "F0:00:00:00:00:10",
+    "hm10": "F0:00:00:00:00:11",
     "connect_timeout": 10,
 }
 
@@ -41,6 +45,9 @@ def realbluez():
         "secure": periph,
         "duplicated_180a": periph,
         "lock": None,  # no fixed-passkey device: RB-Periph pairs as its agent (RB_AGENT) allows
+        "nus": None,  # RB-Periph has no UART service
+        "mchp": None,
+        "hm10": None,
         "connect_timeout": 20,
         "state_dir": env.get("RB_STATE_DIR", os.path.dirname(env_file)),
     }
