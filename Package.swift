@@ -108,6 +108,7 @@ let package = Package(
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
         // Fakes the gateway's tests share (a Central, a broker).
         .target(name: "GatewayTesting", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"], path: "Tests/GatewayTesting"),
+        .testTarget(name: "SerialBridgeTests", dependencies: ["SerialBridge", "GatewayCore", "GatewayTesting", "BLE"]),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "GatewayTesting", "BLE", "Sensors", "Threading"]),
         .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "GatewayCore", "GatewayTesting", "HTTPServer", "BLE", "Sensors",
                                                          "Threading", "Dashboard"]),

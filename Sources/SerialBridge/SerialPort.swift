@@ -128,19 +128,26 @@ package final class SerialPort: Sendable {
         }
     }
 
-    /// Opens the client's session on the device's serial port (connecting it if needed).
+    /// Opens the client's session on the device's serial port (connecting it if needed): the
+    /// writer if none is, else a reader (which is detached if it sends).
     private func attach(_ client: TCPClient) {
         let configuration = configuration
         let links = links
         let onLinkLoss = configuration.onLinkLoss
+        let reader = SerialLink.Reader(bytes: { client.enqueue($0) },
+                                       link: { change in if case .lost = change, onLinkLoss == .close { client.finish() } })
         Task {
             do throws(BLEError) {
-                let session = try await links.open(
-                    configuration.device, profile: configuration.profile,
-                    reader: SerialLink.Reader(bytes: { client.enqueue($0) },
-                                              link: { change in if case .lost = change, onLinkLoss == .close { client.finish() } }),
-                    writer: true, onLinkLoss: onLinkLoss, connect: true)
-                log("serial port \(port): \(client.peer) attached to \(configuration.device)")
+                let session: SerialSession
+                do throws(BLEError) {
+                    session = try await links.open(configuration.device, profile: configuration.profile, reader: reader,
+                                                   writer: true, onLinkLoss: onLinkLoss, connect: true)
+                } catch where error.code == .cb(.connectionLimitReached) {
+                    session = try await links.open(configuration.device, profile: configuration.profile, reader: reader,
+                                                   writer: false, onLinkLoss: onLinkLoss, connect: true)
+                }
+                log("serial port \(port): \(client.peer) attached to \(configuration.device)"
+                    + (session.isWriter ? "" : " to read (another client writes)"))
                 client.opened(session)
             } catch {
                 // Raw TCP has no way to say why: the log does, and the client is closed.
@@ -159,8 +166,8 @@ package final class SerialPort: Sendable {
             if n == 0 { return end(client, why: "it closed") }
             if n < 0 {
                 guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else { return end(client, why: "its socket failed") }
-            } else {
-                client.write(Array(buffer[..<n]), options: configuration.writeOptions)
+            } else if !client.write(Array(buffer[..<n]), options: configuration.writeOptions) {
+                return end(client, why: "it sent bytes, but another client is the writer (one at a time)")
             }
         } else if revents & Int16(POLLERR | POLLHUP) != 0 {
             return end(client, why: "it hung up")
@@ -186,7 +193,7 @@ extension SerialPort {
         package var profile: SerialProfile?
         package var onLinkLoss: SerialLink.LinkLoss
         package var writeOptions: SerialLink.WriteOptions
-        /// Clients attached at once (one of them writes at a time; the others' bytes wait).
+        /// Clients attached at once: the first writes, the others read (one that sends is detached).
         package var maxClients = 4
         /// Bytes from the device waiting for one client to read them.
         package var maxBuffered = 256 * 1024
@@ -273,13 +280,14 @@ private final class TCPClient: Sendable {
         }
     }
 
-    /// Writes bytes read from the socket to the device, reading no more until that is done.
-    func write(_ bytes: [UInt8], options: SerialLink.WriteOptions) {
+    /// Writes bytes read from the socket to the device, reading no more until that is done;
+    /// false when this client only reads.
+    func write(_ bytes: [UInt8], options: SerialLink.WriteOptions) -> Bool {
         guard let session = state.withLock({ s -> SerialSession? in
-            guard let session = s.session else { return nil }
+            guard let session = s.session, session.isWriter else { return nil }
             s.writing = true
             return session
-        }) else { return }
+        }) else { return false }
         Task {
             var failed = false
             do throws(BLEError) {
@@ -294,6 +302,7 @@ private final class TCPClient: Sendable {
             }
             wake()
         }
+        return true
     }
 
     /// To be closed once its waiting bytes are sent (the link is gone, or it could not open).
