@@ -47,6 +47,8 @@ extension API {
 
     private func serialSocket(_ request: Request) async -> Response {
         let layout = JSON.Layout(request)
+        // Not an upgrade: refused before the device is touched.
+        if let refusal = Response.webSocketRefusal(request) { return refusal }
         let place: StreamPlace
         switch admitStream(request) {
         case .admitted(let taken): place = taken

@@ -8,6 +8,8 @@ package final class SerialPorts: Sendable {
     package let links: SerialLinks
     private let ports = Mutex<[UInt16: SerialPort]>([:])
     private let log: @Sendable (String) -> Void
+    /// Ports open at once (each has a thread).
+    package static let maxPorts = 16
 
     package init(links: SerialLinks, log: @escaping @Sendable (String) -> Void) {
         self.links = links
@@ -17,6 +19,9 @@ package final class SerialPorts: Sendable {
     /// Opens a port (`invalidParameters` when it cannot listen: taken, or not an address here).
     @discardableResult
     package func open(_ configuration: SerialPort.Configuration) throws(BLEError) -> SerialPort {
+        guard ports.withLock({ $0.count }) < Self.maxPorts else {
+            throw BLEError(.connectionLimitReached, "\(Self.maxPorts) serial ports are open, as many as gattway serves: close one first")
+        }
         if configuration.port != 0, ports.withLock({ $0[configuration.port] }) != nil {
             throw BLEError(.invalidParameters, "port \(configuration.port) serves a device already")
         }
