@@ -39,8 +39,11 @@ extension API {
 
     private func serialPort(_ request: Request) throws(BLEError) -> SerialPort {
         let text = request.pathParameters["port"] ?? ""
-        guard let number = UInt16(text), let port = serial.port(number) else {
-            throw BLEError(.invalidParameters, "no serial port \"\(text)\" (GET /v1/serial-ports lists them)")
+        guard let number = UInt16(text) else {
+            throw BLEError(.invalidParameters, "a serial port is a number from 0 to 65535, not \"\(text)\"")
+        }
+        guard let port = serial.port(number) else {
+            throw BLEError(.invalidHandle, "no serial port \(number) (GET /v1/serial-ports lists them)")
         }
         return port
     }
