@@ -75,7 +75,10 @@ extension API {
         }
         // An upgrade that never happens (the client left first) closes the session with the response.
         let guarded = SessionGuard(session)
-        return Response.webSocket(request, maxMessageBytes: limits.webSocketMessageBytes) { socket in
+        // A browser that offers subprotocols (one may carry the token) needs one chosen.
+        let offered = WebSocketHandshake.offeredSubprotocols(request)
+        return Response.webSocket(request, subprotocol: offered.contains(Self.webSocketSubprotocol) ? Self.webSocketSubprotocol : nil,
+                                  maxMessageBytes: limits.webSocketMessageBytes) { socket in
             output.attach(socket)
             for await message in socket.messages {
                 let bytes: [UInt8] = switch message {
