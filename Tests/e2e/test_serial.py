@@ -15,6 +15,8 @@ from conftest import Gateway, wait_for
 
 HM10 = "F0:00:00:00:00:02"
 HR = "F0:00:00:00:00:01"
+# The simulator's UART modules (a 4096-byte buffer drained at 20 000 bytes/s, echoing).
+SIM_NUS, SIM_MCHP, SIM_HM10 = "F0:00:00:00:00:0F", "F0:00:00:00:00:10", "F0:00:00:00:00:11"
 
 
 def ws_url(gw, device, **query):
@@ -192,6 +194,54 @@ def test_pyserial_echoes_10000_bytes_and_reads_lines():
             assert listed["clients"] == 1 and listed["link"]["profile"] == "hm10"
             assert listed["link"]["sent"] == listed["link"]["received"] == 10_000 + 24
         assert wait_for(lambda: gw.get(f"/v1/serial-ports/{port}")[1].get("link") is None, 5)
+    finally:
+        gw.stop()
+
+
+def uart_stats(gw, address):
+    out = gw.simulator("UARTStats", f"string:{address}")
+    values = [int(w) for w in out.split() if w.isdigit()]
+    return dict(zip(["received", "dropped", "echoed", "streamed"], values[-4:]))
+
+
+@pytest.mark.parametrize("device,profile", [(SIM_HM10, "hm10"), (SIM_NUS, "nordic"), (SIM_MCHP, "microchip")])
+def test_pyserial_on_each_uart_module(device, profile):
+    """The modules as sold: 10 000 bytes with no newline echoed byte-identical, then lines."""
+    gw = Gateway(["--simulate", "--serial", f"127.0.0.1:0={device}"])
+    try:
+        port = tcp_port(gw, device)
+        gw.discover(device)
+        with serial.serial_for_url(f"socket://127.0.0.1:{port}", timeout=20) as s:
+            message = bytes(random.Random(profile).randrange(256) for _ in range(10_000)).replace(b"\n", b"-")
+            s.write(message)
+            assert s.read(len(message)) == message
+            s.write(b"AT+VERSION\r\n")
+            assert s.readline() == b"AT+VERSION\r\n"
+            assert gw.get(f"/v1/serial-ports/{port}")[1]["link"]["profile"] == profile
+        stats = uart_stats(gw, device)
+        assert stats["received"] == stats["echoed"] == 10_000 + 12 and stats["dropped"] == 0, stats
+    finally:
+        gw.stop()
+
+
+def test_64k_without_response_paced_loses_nothing():
+    """64 KiB written without response to a module whose 4096-byte buffer drains at 20 000 B/s:
+    paced at 19 000 B/s every byte gets in (counted at the simulator); unpaced, the module drops
+    some (so the count can tell)."""
+    gw = Gateway(["--simulate", "--serial", f"127.0.0.1:0={SIM_NUS},nordic,mode=command,rate=19000",
+                  "--serial", f"127.0.0.1:0={SIM_HM10},hm10,mode=command"])
+    try:
+        ports = {p["device"]: p["port"] for p in gw.get("/v1/serial-ports")[1]["ports"]}
+        gw.discover(SIM_NUS, SIM_HM10)
+        data = bytes(random.Random(64).randrange(256) for _ in range(64 * 1024))
+        for device in (SIM_NUS, SIM_HM10):
+            with serial.serial_for_url(f"socket://127.0.0.1:{ports[device]}", timeout=20) as s:
+                s.write(data)
+                assert wait_for(lambda: sum(uart_stats(gw, device)[k] for k in ("received", "dropped")) == len(data), 20), \
+                    uart_stats(gw, device)
+        paced, unpaced = uart_stats(gw, SIM_NUS), uart_stats(gw, SIM_HM10)
+        assert paced["received"] == len(data) and paced["dropped"] == 0, paced
+        assert unpaced["dropped"] > 0, unpaced
     finally:
         gw.stop()
 
