@@ -51,6 +51,10 @@ package final class SerialLink: Sendable {
 
     /// Totals over the link's life (bytes).
     package struct Counters: Sendable, Equatable {
+        package init(received: Int = 0, sent: Int = 0, dropped: Int = 0, unwritten: Int = 0) {
+            (self.received, self.sent, self.dropped, self.unwritten) = (received, sent, dropped, unwritten)
+        }
+
         package var received = 0
         package var sent = 0
         /// Received bytes a reader could not take.

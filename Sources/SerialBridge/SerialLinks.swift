@@ -11,6 +11,8 @@ package final class SerialLinks: Sendable {
     private let policy: ReconnectPolicy
     private let log: @Sendable (String) -> Void
     private let links = Mutex<[BluetoothAddress: SerialLink]>([:])
+    /// The byte counts of the links closed so far (`totals` adds the open ones').
+    private let closed = Mutex(SerialLink.Counters())
     /// Opening and closing a device's link happen one after another.
     private let turns = SerialQueues<BluetoothAddress>(maxWaiting: 64, maxWait: .seconds(60))
 
@@ -60,12 +62,31 @@ package final class SerialLinks: Sendable {
     /// The device's open link, if any (for `/metrics` and tests).
     package func link(_ id: BluetoothAddress) -> SerialLink? { links.withLock { $0[id] } }
 
+    /// Links open now.
+    package var openCount: Int { links.withLock { $0.count } }
+
+    /// Bytes over every link since start, open or closed (`/metrics`).
+    package var totals: SerialLink.Counters {
+        let open = links.withLock { Array($0.values) }.map(\.counters)
+        return open.reduce(closed.withLock { $0 }) { sum, c in
+            SerialLink.Counters(received: sum.received + c.received, sent: sum.sent + c.sent,
+                                dropped: sum.dropped + c.dropped, unwritten: sum.unwritten + c.unwritten)
+        }
+    }
+
     func close(_ session: SerialSession) async {
         _ = await turns.run(session.link.device) { () async in
             guard session.link.detach(session.client) else { return }
-            self.links.withLock { $0[session.link.device] = nil }
             await session.link.stop()
             let c = session.link.counters
+            // Counted once: out of the open links and into the closed ones together.
+            self.links.withLock { links in
+                links[session.link.device] = nil
+                self.closed.withLock { t in
+                    t = SerialLink.Counters(received: t.received + c.received, sent: t.sent + c.sent,
+                                            dropped: t.dropped + c.dropped, unwritten: t.unwritten + c.unwritten)
+                }
+            }
             self.log("\(session.link.device): serial port closed (\(c.received) bytes received, \(c.sent) sent,"
                      + " \(c.dropped) dropped, \(c.unwritten) not written)")
         }

@@ -12,6 +12,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from conftest import Gateway, wait_for
+from test_diagnostics import metrics
 
 HM10 = "F0:00:00:00:00:02"
 HR = "F0:00:00:00:00:01"
@@ -242,6 +243,9 @@ def test_64k_without_response_paced_loses_nothing():
         paced, unpaced = uart_stats(gw, SIM_NUS), uart_stats(gw, SIM_HM10)
         assert paced["received"] == len(data) and paced["dropped"] == 0, paced
         assert unpaced["dropped"] > 0, unpaced
+        # gattway wrote every byte (the module's drops are the module's, past ATT).
+        samples, _ = metrics(gw)
+        assert samples[("gattway_serial_bytes_total", 'direction="sent"')] == 2 * len(data), samples
     finally:
         gw.stop()
 
