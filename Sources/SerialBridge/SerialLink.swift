@@ -61,6 +61,11 @@ package final class SerialLink: Sendable {
         package var dropped = 0
         /// Bytes a writer sent that could not be written (the write failed, the link stayed down).
         package var unwritten = 0
+
+        package static func + (a: Counters, b: Counters) -> Counters {
+            Counters(received: a.received + b.received, sent: a.sent + b.sent, dropped: a.dropped + b.dropped,
+                     unwritten: a.unwritten + b.unwritten)
+        }
     }
 
     package let device: BluetoothAddress

@@ -68,10 +68,7 @@ package final class SerialLinks: Sendable {
     /// Bytes over every link since start, open or closed (`/metrics`).
     package var totals: SerialLink.Counters {
         let open = links.withLock { Array($0.values) }.map(\.counters)
-        return open.reduce(closed.withLock { $0 }) { sum, c in
-            SerialLink.Counters(received: sum.received + c.received, sent: sum.sent + c.sent,
-                                dropped: sum.dropped + c.dropped, unwritten: sum.unwritten + c.unwritten)
-        }
+        return open.reduce(closed.withLock { $0 }, +)
     }
 
     func close(_ session: SerialSession) async {
@@ -82,10 +79,7 @@ package final class SerialLinks: Sendable {
             // Counted once: out of the open links and into the closed ones together.
             self.links.withLock { links in
                 links[session.link.device] = nil
-                self.closed.withLock { t in
-                    t = SerialLink.Counters(received: t.received + c.received, sent: t.sent + c.sent,
-                                            dropped: t.dropped + c.dropped, unwritten: t.unwritten + c.unwritten)
-                }
+                self.closed.withLock { $0 = $0 + c }
             }
             self.log("\(session.link.device): serial port closed (\(c.received) bytes received, \(c.sent) sent,"
                      + " \(c.dropped) dropped, \(c.unwritten) not written)")

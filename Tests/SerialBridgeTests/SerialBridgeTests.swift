@@ -305,17 +305,22 @@ import GatewayTesting
         return got
     }
 
+    /// A port open with one client attached (its session open on the device).
+    func attached(_ configuration: SerialPort.Configuration) async throws -> (SerialPort, Int32) {
+        let port = try ports.open(configuration)
+        let fd = try connect(port.port)
+        #expect(await eventually { port.link?.clients == 1 })
+        return (port, fd)
+    }
+
     func notification(_ bytes: [UInt8]) -> CentralEvent {
         .value(ValueUpdate(device: device, serviceHandle: 0x0030, serviceUUID: BluetoothUUID("ffe0")!,
                            characteristicHandle: 0x0032, characteristicUUID: BluetoothUUID("ffe1")!, value: bytes))
     }
 
     @Test func bytesGoBothWays() async throws {
-        let port = try ports.open(SerialPort.Configuration(port: 0, device: device))
-        defer { ports.stop() }
-        let fd = try connect(port.port)
-        defer { close(fd) }
-        #expect(await eventually { port.link?.clients == 1 })
+        let (port, fd) = try await attached(SerialPort.Configuration(port: 0, device: device))
+        defer { close(fd); ports.stop() }
         let message = (0..<3000).map { UInt8($0 % 256) }
         #expect(send(fd, message, message.count, 0) == message.count)
         #expect(await eventually { central.writes.withLock { $0.flatMap(\.1) } == message })
@@ -324,11 +329,8 @@ import GatewayTesting
     }
 
     @Test func aLinkLossClosesTheClientByDefault() async throws {
-        let port = try ports.open(SerialPort.Configuration(port: 0, device: device))
-        defer { ports.stop() }
-        let fd = try connect(port.port)
-        defer { close(fd) }
-        #expect(await eventually { port.link?.clients == 1 })
+        let (port, fd) = try await attached(SerialPort.Configuration(port: 0, device: device))
+        defer { close(fd); ports.stop() }
         _ = central.handler(notification(Array("last".utf8)))
         _ = central.handler(.connection(id: device, state: .disconnected, error: BLEError(.peripheralDisconnected, "gone")))
         // What came before the loss is still delivered, then the end of the stream.
@@ -337,11 +339,8 @@ import GatewayTesting
     }
 
     @Test func aHoldingClientStaysThroughALinkLoss() async throws {
-        let port = try ports.open(SerialPort.Configuration(port: 0, device: device, onLinkLoss: .hold))
-        defer { ports.stop() }
-        let fd = try connect(port.port)
-        defer { close(fd) }
-        #expect(await eventually { port.link?.clients == 1 })
+        let (port, fd) = try await attached(SerialPort.Configuration(port: 0, device: device, onLinkLoss: .hold))
+        defer { close(fd); ports.stop() }
         _ = central.handler(.connection(id: device, state: .disconnected, error: nil))
         #expect(await eventually { port.link?.isUp == false })
         _ = central.handler(.resubscribed(id: device, characteristic: 0x0032, uuids: nil, error: nil))
