@@ -90,7 +90,7 @@ let package = Package(
         // writes), shared by its TCP ports (`--serial`) and the HTTP API's WebSocket route.
         .target(name: "SerialBridge", dependencies: ["GatewayCore", "BLE", "Sockets", "Threading"]),
 
-        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Access",
+        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),

@@ -11,14 +11,23 @@ package final class SerialPorts: Sendable {
     /// Ports open at once (each has a thread).
     package static let maxPorts = 16
 
-    package init(links: SerialLinks, log: @escaping @Sendable (String) -> Void) {
+    /// Whether a port may listen beyond loopback (`--no-auth`): a raw TCP port has no tokens.
+    private let allowRemote: Bool
+
+    package init(links: SerialLinks, allowRemote: Bool = false, log: @escaping @Sendable (String) -> Void) {
         self.links = links
+        self.allowRemote = allowRemote
         self.log = log
     }
+
 
     /// Opens a port (`invalidParameters` when it cannot listen: taken, or not an address here).
     @discardableResult
     package func open(_ configuration: SerialPort.Configuration) throws(BLEError) -> SerialPort {
+        guard allowRemote || TCPListener.isLoopback(configuration.host) else {
+            throw BLEError(att: .insufficientAuthorization, "a serial port on \(configuration.host) would let anyone who reaches it use"
+                           + " \(configuration.device) (a raw TCP port has no tokens): serve it on 127.0.0.1, or start gattway with --no-auth")
+        }
         guard ports.withLock({ $0.count }) < Self.maxPorts else {
             throw BLEError(.connectionLimitReached, "\(Self.maxPorts) serial ports are open, as many as gattway serves: close one first")
         }

@@ -6,6 +6,7 @@ import MQTTBridge
 import Glibc
 import MQTT
 import SerialBridge
+import Sockets
 
 /// Command-line and environment configuration.
 struct Options {
@@ -77,9 +78,7 @@ struct Options {
     var serialPorts: [SerialPort.Configuration] = []
 
     /// Whether `host` is a loopback address, reachable from this machine only.
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
-    }
+    static func isLoopback(_ host: String) -> Bool { TCPListener.isLoopback(host) }
     /// PEM files; both or neither. With them gattway serves HTTPS only.
     var tlsCertificate: String?
     var tlsKey: String?

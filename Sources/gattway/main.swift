@@ -274,7 +274,8 @@ func run(_ options: Options) async -> Int32 {
                           sensorKeys: sensorKeys, log: log)
     hangUp.reload(sensorKeysOf: gateway)
     // The serial-port door: --serial's ports, and the links the HTTP API's WebSocket route shares.
-    let serial = SerialPorts(links: SerialLinks(gateway: gateway, log: { log("serial: \($0)") }), log: { log("serial: \($0)") })
+    let serial = SerialPorts(links: SerialLinks(gateway: gateway, log: { log("serial: \($0)") }), allowRemote: options.noAuth,
+                             log: { log("serial: \($0)") })
     let serve = API(gateway: gateway, limits: limits, access: access, serial: serial, log: log).handler()
     // Marks the watchdog's own requests, which are not logged (one every few seconds).
     let watchdogMark = String(UInt64.random(in: 1...UInt64.max), radix: 16)

@@ -264,6 +264,8 @@ def test_ports_added_and_removed_over_the_api(serial_gateway):
     assert status == 400 and "serves a device already" in body["error"]["message"]
     status, body, _ = gw.post("/v1/serial-ports", {"device": HM10, "rx": "ffe1"})
     assert status == 400 and "rx and tx" in body["error"]["message"]
+    status, body, _ = gw.post("/v1/serial-ports", {"device": HM10, "host": "0.0.0.0"})
+    assert status == 403 and "--no-auth" in body["error"]["message"], body
     status, body, _ = gw.delete(f"/v1/serial-ports/{port}")
     assert status == 200 and body["port"] == port
     assert gw.get(f"/v1/serial-ports/{port}")[0] == 404
