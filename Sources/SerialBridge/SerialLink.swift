@@ -118,6 +118,8 @@ package final class SerialLink: Sendable {
         /// Writes waiting for the link to come back.
         var waiting: [Int: CheckedContinuation<Bool, Never>] = [:]
         var reconnecting: Task<Void, Never>?
+        /// The longest piece `rx` took, once it refused a longer one (nil: MTU − 3).
+        var pieceLimit: Int?
         var counters = Counters()
         /// Dropped bytes not logged yet (logged at most once a second).
         var unlogged = 0
@@ -315,6 +317,10 @@ package final class SerialLink: Sendable {
                                                          type: type, fragment: false)
             } catch {
                 let linkDown = error.code == .cb(.notConnected) || error.code == .cb(.peripheralDisconnected)
+                if error.code == .att(.invalidAttributeValueLength), end - offset > Self.smallestPiece {
+                    piece = learnPieceLimit(refused: end - offset)
+                    continue
+                }
                 if holds, linkDown, await linkBack(within: Self.holdWriteLimit) {
                     piece = await pieceLength()
                     continue
@@ -327,10 +333,24 @@ package final class SerialLink: Sendable {
         }
     }
 
-    /// MTU − 3: the most one write carries.
+    /// MTU − 3: the most one write carries; less once the device refused such a length.
     private func pieceLength() async -> Int {
         let mtu = (try? await gateway.central.peripheral(device).mtu) ?? nil
-        return WriteType.withoutResponse.maximumWriteValueLength(mtu: mtu)
+        let limit = state.withLock { $0.pieceLimit } ?? .max
+        return min(limit, WriteType.withoutResponse.maximumWriteValueLength(mtu: mtu))
+    }
+
+    /// What every link takes in one write (ATT's default MTU, 23, less 3).
+    static let smallestPiece = 20
+
+    /// `rx` refused a piece of `refused` bytes as too long (seen on real BlueZ: an MTU of 517
+    /// exchanged, a write of 511 refused `Invalid Length`): pieces of three quarters of that from
+    /// now on, logged once per step.
+    private func learnPieceLimit(refused: Int) -> Int {
+        let limit = max(Self.smallestPiece, refused * 3 / 4)
+        state.withLock { $0.pieceLimit = limit }
+        log("\(device): serial: rx refused \(refused) bytes in one write as too long: pieces of \(limit) from now on")
+        return limit
     }
 
     private func noteUnwritten(_ count: Int, _ error: BLEError) {
