@@ -72,7 +72,7 @@ let package = Package(
         // `connect=auto` connections, the value cache, the blocklisted central, the sensor board.
         .target(name: "GatewayCore", dependencies: ["BLE", "Sensors", "Threading"]),
         // The doors. The HTTP API: routes, models, SSE and WebSocket streams, the dashboard's route.
-        .target(name: "HTTPAPI", dependencies: ["GatewayCore", "HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
+        .target(name: "HTTPAPI", dependencies: ["GatewayCore", "SerialBridge", "HTTPServer", "Access", "BLE", "Sensors", "Threading", "Dashboard"]),
         // The MQTT bridge: topics, Home Assistant discovery, commands, the characteristic exposer,
         // over a MessageBroker (the executable hands it the MQTT client).
         .target(name: "MQTTBridge", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"]),
@@ -86,7 +86,11 @@ let package = Package(
         // What it takes from the gateway's core is in one file (GatewayCore.swift).
         .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE"]),
 
-        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "Access",
+        // The serial-port door: a device's UART as a serial port (profiles, line framing, paced
+        // writes), shared by its TCP ports (`--serial`) and the HTTP API's WebSocket route.
+        .target(name: "SerialBridge", dependencies: ["GatewayCore", "BLE", "Sockets", "Threading"]),
+
+        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
@@ -104,6 +108,7 @@ let package = Package(
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
         // Fakes the gateway's tests share (a Central, a broker).
         .target(name: "GatewayTesting", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"], path: "Tests/GatewayTesting"),
+        .testTarget(name: "SerialBridgeTests", dependencies: ["SerialBridge", "GatewayCore", "GatewayTesting", "BLE"]),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "GatewayTesting", "BLE", "Sensors", "Threading"]),
         .testTarget(name: "HTTPAPITests", dependencies: ["HTTPAPI", "GatewayCore", "GatewayTesting", "HTTPServer", "BLE", "Sensors",
                                                          "Threading", "Dashboard"]),

@@ -80,7 +80,7 @@ step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
     openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
-    aioesphomeapi==46.23.0
+    aioesphomeapi==46.23.0 pyserial==3.5
 py=.build/venv/bin/python
 
 lab_missing() {
@@ -140,7 +140,7 @@ if [ -x "$shared/realbluez/start" ]; then
         # (about 25 s a restart, 8 s a link loss). All of it within 20 minutes.
         log=.build/realbluez-pytest.log rc=0
         GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
-            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py \
+            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_serial_realbluez.py \
             Tests/e2e/test_reliability_realbluez.py \
             > "$log" 2>&1 || rc=$?
         grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error' "$log" || true

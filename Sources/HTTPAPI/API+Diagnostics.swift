@@ -89,6 +89,15 @@ extension API {
                         "Notifications started again after a connection or a GATT change, and those not restored within the deadline (still wanted).", "counter")
         Prometheus.sample(&out, "gattway_notification_restores_total", [("result", "restored")], Double(gateway.resubscriptions.restored.load(ordering: .relaxed)))
         Prometheus.sample(&out, "gattway_notification_restores_total", [("result", "failed")], Double(gateway.resubscriptions.failed.load(ordering: .relaxed)))
+        Prometheus.head(&out, "gattway_serial_links", "Devices whose UART has serial clients (TCP ports, WebSockets) now.", "gauge")
+        Prometheus.sample(&out, "gattway_serial_links", [], Double(serial.links.openCount))
+        Prometheus.head(&out, "gattway_serial_bytes_total",
+                        "Serial bytes: received from devices, sent to them, dropped (a client had no room), not written (a write failed).", "counter")
+        let serialBytes = serial.links.totals
+        for (direction, n) in [("received", serialBytes.received), ("sent", serialBytes.sent), ("dropped", serialBytes.dropped),
+                               ("unwritten", serialBytes.unwritten)] {
+            Prometheus.sample(&out, "gattway_serial_bytes_total", [("direction", direction)], Double(n))
+        }
         Prometheus.head(&out, "gattway_refusals_total", "Requests refused by access control or a limit, by kind.", "counter")
         for (kind, n) in access.refusals.countsByKind.sorted(by: { $0.key < $1.key }) {
             Prometheus.sample(&out, "gattway_refusals_total", [("kind", kind)], Double(n))

@@ -29,13 +29,13 @@ extension API {
     /// The subprotocol of `/v1/ws`, for clients that offer one (`["gattway", "bearer.TOKEN"]`).
     static let webSocketSubprotocol = "gattway"
 
-    private enum StreamAdmission {
+    enum StreamAdmission {
         case admitted(StreamPlace)
         case refused(Response)
     }
 
     /// A place for one more event stream, or the answer that refuses it (logged).
-    private func admitStream(_ request: Request) -> StreamAdmission {
+    func admitStream(_ request: Request) -> StreamAdmission {
         switch streams.acquire(request.clientAddress) {
         case .success(let place):
             return .admitted(place)

@@ -3,6 +3,7 @@ import BLE
 import GatewayCore
 import HTTPServer
 import Sensors
+import SerialBridge
 
 /// The HTTP API, a door of the gateway: REST routes, request parsing and response shapes,
 /// Server-Sent Events and WebSockets, the dashboard's files, `/metrics`, in front of which access
@@ -14,6 +15,8 @@ public final class API: Sendable {
     let limits: Limits
     /// Tokens, origins, rates: consulted in front of every route, and by `/v1/ws` for its role.
     let access: AccessControl
+    /// The serial-port door: `/v1/devices/{id}/serial` and `/v1/serial-ports` call into it.
+    let serial: SerialPorts
     /// Request counts and latencies (`/metrics`).
     let requests = RequestMetrics()
     /// `GET /v1/devices`, encoded compact, while the device list stays the same.
@@ -22,9 +25,12 @@ public final class API: Sendable {
     /// - Parameters:
     ///   - limits: event streams and WebSocket messages.
     ///   - access: who may do what (default: no tokens, pages of the gateway's own origin only).
-    public init(gateway: Gateway, limits: Limits = Limits(), access: AccessControl? = nil,
+    ///   - serial: the serial-port door, whose links the WebSocket route shares and whose ports
+    ///     `/v1/serial-ports` lists and adds to (default: one of its own, with no ports).
+    package init(gateway: Gateway, limits: Limits = Limits(), access: AccessControl? = nil, serial: SerialPorts? = nil,
                 log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.gateway = gateway
+        self.serial = serial ?? SerialPorts(links: SerialLinks(gateway: gateway, log: log), log: log)
         self.limits = limits
         self.access = access ?? AccessControl(.init(origins: try! OriginPolicy(allowing: [])), log: log)
         streams = StreamLimit(limit: limits.streams, perClient: limits.clientStreams)
@@ -83,6 +89,7 @@ public final class API: Sendable {
         addGATTRoutes(to: router)
         addStreamRoutes(to: router)
         addPairingRoutes(to: router)
+        addSerialRoutes(to: router)
         addDiagnosticRoutes(to: router)
         return router
     }

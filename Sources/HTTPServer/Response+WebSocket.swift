@@ -25,12 +25,8 @@ extension Response {
         handler: @escaping @Sendable (WebSocket) async -> Void
     ) -> Response {
         switch WebSocketHandshake.acceptKey(for: request) {
-        case .failure(.badRequest(let reason)):
-            return Response(status: 400, headers: [], kind: .error(.badRequest(reason)))
-        case .failure(.unsupportedVersion):
-            return Response(
-                status: 426, headers: [(name: "Sec-WebSocket-Version", value: "13")],
-                kind: .error(.badRequest("unsupported WebSocket version; this server speaks 13")))
+        case .failure(let refusal):
+            return refusal.response
         case .success(let accept):
             let upgrade = WebSocketUpgrade(
                 maxMessageBytes: max(0, maxMessageBytes), pingInterval: pingInterval,
@@ -41,6 +37,13 @@ extension Response {
             return Response(status: 101, headers: headers, kind: .webSocket(upgrade))
         }
     }
+
+    /// The answer `webSocket` would give a request that is no valid upgrade, or nil for a valid
+    /// one: for a route that must check the upgrade before it does anything for the socket.
+    public static func webSocketRefusal(_ request: Request) -> Response? {
+        guard case .failure(let refusal) = WebSocketHandshake.acceptKey(for: request) else { return nil }
+        return refusal.response
+    }
 }
 
 /// The opening handshake of RFC 6455 section 4.2, server side.
@@ -49,6 +52,17 @@ public enum WebSocketHandshake {
         case badRequest(String)
         /// `Sec-WebSocket-Version` is not 13.
         case unsupportedVersion
+
+        /// 400 from the errorResponder, or 426 with the version this server speaks.
+        var response: Response {
+            switch self {
+            case .badRequest(let reason):
+                Response(status: 400, headers: [], kind: .error(.badRequest(reason)))
+            case .unsupportedVersion:
+                Response(status: 426, headers: [(name: "Sec-WebSocket-Version", value: "13")],
+                         kind: .error(.badRequest("unsupported WebSocket version; this server speaks 13")))
+            }
+        }
     }
 
     /// The `Sec-WebSocket-Accept` value for a valid upgrade request.

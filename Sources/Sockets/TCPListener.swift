@@ -14,6 +14,12 @@ public struct SocketError: Error, CustomStringConvertible, Sendable {
 /// A TCP server's listening socket and the names of the sockets it accepts (the ESPHome API's
 /// server and the serial ports').
 public enum TCPListener {
+    /// Whether `host` (as a server is told to listen on it) is a loopback address, reachable from
+    /// this machine only.
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
     /// A non-blocking socket listening on `host` (an IPv4 or IPv6 literal, or "localhost") and
     /// `port` (0: one the kernel picks); returns it and its port.
     public static func open(host: String, port: UInt16) throws(SocketError) -> (fd: Int32, port: UInt16) {

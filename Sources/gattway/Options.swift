@@ -5,6 +5,8 @@ import HTTPAPI
 import MQTTBridge
 import Glibc
 import MQTT
+import SerialBridge
+import Sockets
 
 /// Command-line and environment configuration.
 struct Options {
@@ -72,11 +74,11 @@ struct Options {
     var esphomeHost = "127.0.0.1"
     var esphomePort: UInt16?
     var esphomeKey: EncryptionKey?
+    /// Devices' UARTs as TCP ports (`--serial HOST:PORT=ADDRESS[,OPTION]...`, repeatable).
+    var serialPorts: [SerialPort.Configuration] = []
 
     /// Whether `host` is a loopback address, reachable from this machine only.
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
-    }
+    static func isLoopback(_ host: String) -> Bool { TCPListener.isLoopback(host) }
     /// PEM files; both or neither. With them gattway serves HTTPS only.
     var tlsCertificate: String?
     var tlsKey: String?
@@ -102,6 +104,7 @@ struct Options {
                    [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
                     [--mqtt-expire-after SECONDS]]
                    [--esphome-api [HOST:]PORT [--esphome-key BASE64]]
+                   [--serial HOST:PORT=ADDRESS[,OPTION]...]...
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -250,6 +253,18 @@ struct Options {
                            Clients must then speak Noise with the same key; without it the API
                            is plaintext, and gattway refuses to serve it beyond loopback
                            unless --no-auth
+      --serial HOST:PORT=ADDRESS[,OPTION]...
+                           serve the device's UART (HM-10, Nordic UART, Microchip transparent
+                           UART, or a custom pair) as a raw TCP port, as ser2net serves a
+                           serial line: socat, nc and pyserial's socket://HOST:PORT open it.
+                           The device is connected while a client is attached. OPTIONs:
+                           hm10 | nordic | microchip (default: the first it has), or
+                           service=UUID,rx=UUID,tx=UUID; hold (stay attached through a link
+                           loss, connecting again) or close (the default: the client is
+                           disconnected); mode=auto|response|command, rate=BYTES_PER_SECOND
+                           (pacing of writes without response). Repeatable; more at runtime
+                           with POST /v1/serial-ports. Beyond loopback, anyone who reaches
+                           the port uses the device: gattway refuses that unless --no-auth
       --config FILE        options from a file, as if given before the command line's (so
                            the command line's win; repeatable ones add up): a line is an option
                            without its dashes and its value, "listen 0.0.0.0:8080",
@@ -344,6 +359,12 @@ struct Options {
             return .exit(code: 2, message: """
                 gattway: --listen \(options.host) without tokens would let anyone who reaches it use every device.
                 Give --tokens FILE (or GATTWAY_TOKENS), or --no-auth to do it anyway.
+                """)
+        }
+        if !options.noAuth, let open = options.serialPorts.first(where: { !isLoopback($0.host) }) {
+            return .exit(code: 2, message: """
+                gattway: --serial \(urlHost(open.host)):\(open.port) would let anyone who reaches it use \(open.device) (a raw TCP port has no tokens).
+                Serve it on 127.0.0.1 (and tunnel it), or give --no-auth to do it anyway.
                 """)
         }
         if !options.noAuth && options.esphomePort != nil && !isLoopback(options.esphomeHost) && options.esphomeKey == nil {
@@ -501,6 +522,13 @@ struct Options {
         case "--mqtt-expose": mqttExposeFile = try value()
         case "--esphome-api": try setESPHomeAPI(try value())
         case "--esphome-key": try setESPHomeKey(try value(), source: "--esphome-key")
+        case "--serial":
+            let text = try value()
+            do throws(BLEError) {
+                serialPorts.append(try SerialPort.Configuration(parsing: text))
+            } catch {
+                throw UsageError(error.message)
+            }
         case "--mqtt-expire-after":
             guard let n = Int(try value()), (0...604_800).contains(n) else {
                 throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")

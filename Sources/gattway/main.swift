@@ -12,6 +12,7 @@ import HTTPAPI
 import HTTPServer
 import MQTTBridge
 import Sensors
+import SerialBridge
 import Synchronization
 
 let gattwayVersion = "0.1.0"
@@ -272,7 +273,10 @@ func run(_ options: Options) async -> Int32 {
                           blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
                           sensorKeys: sensorKeys, log: log)
     hangUp.reload(sensorKeysOf: gateway)
-    let serve = API(gateway: gateway, limits: limits, access: access, log: log).handler()
+    // The serial-port door: --serial's ports, and the links the HTTP API's WebSocket route shares.
+    let serial = SerialPorts(links: SerialLinks(gateway: gateway, log: { log("serial: \($0)") }), allowRemote: options.noAuth,
+                             log: { log("serial: \($0)") })
+    let serve = API(gateway: gateway, limits: limits, access: access, serial: serial, log: log).handler()
     // Marks the watchdog's own requests, which are not logged (one every few seconds).
     let watchdogMark = String(UInt64.random(in: 1...UInt64.max), radix: 16)
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
@@ -309,6 +313,13 @@ func run(_ options: Options) async -> Int32 {
         }
     } else {
         esphome = nil
+    }
+    do throws(BLEError) {
+        try serial.open(options.serialPorts)
+    } catch {
+        log("gattway: --serial: \(error.message)", .error)
+        esphome?.stop(); serial.stop(); server.stop(); central.close(); simulation?.stop()
+        return 1
     }
     Task {
         await gateway.restore()
@@ -347,6 +358,7 @@ func run(_ options: Options) async -> Int32 {
     service.notify("STOPPING=1")
     watchdog?.stop()
     esphome?.stop()
+    serial.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
         await mqtt.exposer?.stop()

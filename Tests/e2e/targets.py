@@ -45,9 +45,10 @@ def realbluez():
         "secure": periph,
         "duplicated_180a": periph,
         "lock": None,  # no fixed-passkey device: RB-Periph pairs as its agent (RB_AGENT) allows
-        "nus": None,  # RB-Periph has no UART service
+        # RB-Periph echoes on its FFE1 (HM-10 style) and on its Nordic UART (RX → TX); no Microchip UART.
+        "nus": periph,
         "mchp": None,
-        "hm10": None,
+        "hm10": periph,
         "connect_timeout": 20,
         "state_dir": env.get("RB_STATE_DIR", os.path.dirname(env_file)),
     }

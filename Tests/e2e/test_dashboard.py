@@ -225,6 +225,52 @@ def test_dashboard_asks_for_the_token_and_then_works(browser, tmp_path):
         gw.stop()
 
 
+def test_dashboard_terminal_on_the_serial_device(browser, tmp_path):
+    """A connected UART device has a Serial button: a terminal on GET …/serial (the token as
+    the WebSocket's bearer. subprotocol); a line sent comes back from the echoing HM-10, and a
+    second page, finding the writer taken, reads along."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    gw = Gateway(["--simulate", "--tokens", str(tokens)])
+    try:
+        pages = []
+        for _ in range(2):
+            dash = Dashboard(browser, gw, viewport={"width": 1000, "height": 800})
+            dash.page.locator("#token-value").fill(TOKEN)
+            dash.page.keyboard.press("Enter")
+            playwright.expect(dash.page.locator("#stream")).to_have_text("live", timeout=WAIT_MS)
+            pages.append(dash)
+        writer, reader = pages
+        writer.page.locator("#scan-start").click()
+        playwright.expect(writer.device(SERIAL)).to_be_visible(timeout=WAIT_MS)
+        # A device without a UART has no Serial button.
+        playwright.expect(writer.device(HR)).to_be_visible(timeout=WAIT_MS)
+        writer.open_connected(HR)
+        playwright.expect(writer.page.locator("#device-serial")).to_be_hidden()
+        writer.page.locator("#device-close").click()
+        writer.open_connected(SERIAL)
+        writer.page.locator("#device-serial").click()
+        playwright.expect(writer.page.locator("#terminal-state")).to_have_text("open", timeout=WAIT_MS)
+        reader.page.reload()
+        playwright.expect(reader.page.locator("#stream")).to_have_text("live", timeout=WAIT_MS)
+        reader.device(SERIAL).get_by_role("button", name="Open").click()
+        reader.page.locator("#device-serial").click()
+        playwright.expect(reader.page.locator("#terminal-state")).to_have_text("read only", timeout=WAIT_MS)
+        writer.page.locator("#terminal-line").fill("hello from the page")
+        writer.page.keyboard.press("Enter")
+        for dash in pages:
+            playwright.expect(dash.page.locator("#terminal-out")).to_have_text("hello from the page\n", timeout=WAIT_MS)
+        writer.shot("terminal.png")
+        writer.page.locator("#terminal-close").click()
+        playwright.expect(writer.page.locator("#terminal")).to_be_hidden()
+        assert writer.problems == [], writer.problems
+        # The reader's one console line is the browser's note of the refused writer (503).
+        assert [p for p in reader.problems if "Unexpected response code: 503" not in p] == [], reader.problems
+        assert len(reader.problems) == 1, reader.problems
+    finally:
+        gw.stop()
+
+
 def test_page_and_files_are_served_with_validators_and_a_policy(tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(TOKEN + "\n")

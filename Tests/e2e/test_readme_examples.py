@@ -23,7 +23,7 @@ README_BASE = "http://127.0.0.1:8080"
 
 def test_the_readme_marks_every_example_this_file_checks():
     # mqtt-expose: test_mqtt_expose.py runs it (it needs a broker).
-    assert set(EXAMPLES) == {"home-assistant-gatt", "home-assistant-sensor", "curl", "node-red", "mqtt-expose"}, EXAMPLES.keys()
+    assert set(EXAMPLES) == {"home-assistant-gatt", "home-assistant-sensor", "curl", "node-red", "mqtt-expose", "pyserial"}, EXAMPLES.keys()
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,19 @@ def test_node_red_flow_requests_the_sensor_and_keeps_a_number(gw):
             value = value[part]
         msg[rule["p"]] = value
     assert isinstance(msg["payload"], (int, float)) and -40 <= msg["payload"] <= 60, msg
+
+
+def test_pyserial():
+    """The serial port example, with the port gattway picked for `--serial 127.0.0.1:0=…`."""
+    import sys
+    gateway = Gateway(["--simulate", "--serial", "127.0.0.1:0=F0:00:00:00:00:02"])
+    try:
+        gateway.discover("F0:00:00:00:00:02")
+        port = gateway.get("/v1/serial-ports")[1]["ports"][0]["port"]
+        code = EXAMPLES["pyserial"].replace("127.0.0.1:7000", f"127.0.0.1:{port}")
+        assert code != EXAMPLES["pyserial"]
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "b'AT\\r\\n'"
+    finally:
+        gateway.stop()

@@ -200,6 +200,61 @@ function renderDeviceHead() {
   $("device-disconnect").disabled = d.state !== "connected";
   $("device-pair").disabled = d.paired === true;
   $("device-unbond").disabled = d.paired !== true;
+  $("device-serial").hidden = !(d.state === "connected" && gattTree && uartOf(gattTree));
+}
+
+// ---- serial: a terminal on the device's UART (WebSocket …/serial) ----
+
+// The characteristics gattway writes for each profile it knows (SerialProfile.known).
+const UART_RX = { ffe1: "hm10", "6e400002-b5a3-f393-e0a9-e50e24dcca9e": "nordic", "49535343-8841-43f4-a8d4-ecbe34729bb3": "microchip" };
+function uartOf(tree) {
+  for (const s of tree.services) for (const c of s.characteristics) if (UART_RX[shortUUID(c.uuid)]) return UART_RX[shortUUID(c.uuid)];
+  return null;
+}
+
+let terminal = null; // { ws, device, decoder }
+
+function terminalShow(text) {
+  const out = $("terminal-out");
+  out.textContent = (out.textContent + text).slice(-32768);
+  out.scrollTop = out.scrollHeight;
+}
+
+function openTerminal(write = true) {
+  closeTerminal();
+  const id = selected;
+  const url = location.origin.replace(/^http/, "ws") + devicePath(id) + "/serial" + (write ? "?write=true" : "");
+  const ws = token.get() ? new WebSocket(url, ["gattway", "bearer." + token.get()]) : new WebSocket(url);
+  ws.binaryType = "arraybuffer";
+  const session = { ws, device: id, decoder: new TextDecoder(), opened: false, write };
+  terminal = session;
+  $("terminal").hidden = false;
+  $("terminal-send").disabled = true;
+  setBadge($("terminal-state"), "opening", "connecting");
+  ws.onopen = () => {
+    session.opened = true;
+    setBadge($("terminal-state"), write ? "open" : "read only", "ok");
+    $("terminal-send").disabled = !write;
+    $("terminal-line").focus();
+  };
+  ws.onmessage = (e) => terminalShow(session.decoder.decode(e.data, { stream: true }));
+  ws.onclose = (e) => {
+    if (terminal !== session) return;
+    // Refused before it opened: most likely another client writes; read along instead.
+    if (!session.opened && write) { openTerminal(false); return; }
+    setBadge($("terminal-state"), e.code === 4001 ? "link lost" : `closed${e.reason ? ": " + e.reason : ""}`, e.code === 1000 ? "" : "bad");
+    $("terminal-send").disabled = true;
+    terminal = null;
+  };
+}
+
+function closeTerminal() {
+  if (!terminal) return;
+  const { ws } = terminal;
+  terminal = null;
+  ws.close(1000);
+  setBadge($("terminal-state"), "closed");
+  $("terminal").hidden = true;
 }
 
 // ---- pairing: what a pairing asks (`pairing` events), answered with POST …/pairing ----
@@ -260,6 +315,7 @@ async function openDevice(id) {
 }
 
 function closeDevice() {
+  closeTerminal();
   for (const view of views.values()) if (view.subscription) wsSend({ op: "unsubscribe", subscription: view.subscription });
   views.clear();
   gattTree = null;
@@ -295,6 +351,7 @@ async function loadGATT() {
   });
   if (!tree || id !== selected || gattTree) return;
   gattTree = tree;
+  renderDeviceHead();
   views.clear();
   $("gatt").replaceChildren(
     h("p", { class: "hint" }, `MTU ${tree.mtu ?? "?"} · longest write ${tree.maximumWriteValueLength?.withResponse ?? "?"} / ${tree.maximumWriteValueLength?.withoutResponse ?? "?"} (without response) bytes`),
@@ -596,6 +653,14 @@ async function start() {
       if (d) { d.paired = false; d.bonded = false; }
       renderDeviceHead();
     });
+  });
+  $("device-serial").addEventListener("click", () => openTerminal(true));
+  $("terminal-close").addEventListener("click", closeTerminal);
+  $("terminal-in").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!terminal || terminal.ws.readyState !== WebSocket.OPEN) return;
+    terminal.ws.send($("terminal-line").value + { lf: "\n", crlf: "\r\n", none: "" }[$("terminal-end").value]);
+    $("terminal-line").value = "";
   });
   $("pairing").addEventListener("submit", (e) => { e.preventDefault(); answerPairing(true); });
   $("pairing-no").addEventListener("click", () => answerPairing(false));
