@@ -81,8 +81,8 @@ let package = Package(
         // thread of its own), knowing nothing of gattway.
         .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Threading"]),
         // The ESPHome-API door (`--esphome-api`): gattway as a Home Assistant Bluetooth proxy.
-        // What it takes from the gateway's core is in one file (GatewayCore.swift).
-        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE"]),
+        // What it takes from the gateway's core is in one file (Core.swift).
+        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE", "Threading"]),
 
         .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
@@ -108,6 +108,7 @@ let package = Package(
         .testTarget(name: "MQTTBridgeTests", dependencies: ["MQTTBridge", "GatewayCore", "GatewayTesting", "BLE", "Sensors"]),
         // make-vectors.py writes the protobuf and Noise vectors the tests compare with.
         .testTarget(name: "ESPHomeAPITests", dependencies: ["ESPHomeAPI"], exclude: ["make-vectors.py"]),
+        .testTarget(name: "ESPHomeProxyTests", dependencies: ["ESPHomeProxy", "ESPHomeAPI", "GatewayCore", "GatewayTesting", "BLE"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -72,6 +72,9 @@ struct Options {
     var esphomeHost = "127.0.0.1"
     var esphomePort: UInt16?
     var esphomeKey: EncryptionKey?
+    /// Connection slots the ESPHome API's clients share (`--esphome-connections`).
+    var esphomeConnections = 3
+    var esphomeConnectionsGiven = false
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool {
@@ -101,7 +104,7 @@ struct Options {
                    [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
                     [--mqtt-expire-after SECONDS]]
-                   [--esphome-api [HOST:]PORT [--esphome-key BASE64]]
+                   [--esphome-api [HOST:]PORT [--esphome-key BASE64] [--esphome-connections N]]
 
     Options:
       --listen HOST:PORT   where to serve HTTP (default 127.0.0.1:8080; 0.0.0.0:8080 for all
@@ -242,14 +245,17 @@ struct Options {
       --esphome-api [HOST:]PORT
                            also serve the ESPHome native API, as a Bluetooth proxy for Home
                            Assistant (its usual port is 6053; default host 127.0.0.1; port 0
-                           picks a free port, printed at start). So far: hello, device info
-                           (the proxy's features, the adapter's address), ping, time; the
-                           Bluetooth requests are refused. See README.md
+                           picks a free port, printed at start): advertisements (the watch's,
+                           which it starts if none runs), connections, GATT, notifications,
+                           pairing, through the same core as the REST API. See README.md
       --esphome-key BASE64 the API's encryption key, as ESPHome's `api: encryption: key:`:
                            32 random bytes in base64 (head -c 32 /dev/urandom | base64).
                            Clients must then speak Noise with the same key; without it the API
                            is plaintext, and gattway refuses to serve it beyond loopback
                            unless --no-auth
+      --esphome-connections N
+                           devices the API's clients may have connected at once (default 3,
+                           as an ESPHome proxy; 1 to 16): the free slots Home Assistant sees
       --config FILE        options from a file, as if given before the command line's (so
                            the command line's win; repeatable ones add up): a line is an option
                            without its dashes and its value, "listen 0.0.0.0:8080",
@@ -308,6 +314,9 @@ struct Options {
             if let file = environment("GATTWAY_MQTT_EXPOSE"), !file.isEmpty { options.mqttExposeFile = file }
             if let api = environment("GATTWAY_ESPHOME_API"), !api.isEmpty { try options.setESPHomeAPI(api) }
             if let key = environment("GATTWAY_ESPHOME_KEY"), !key.isEmpty { try options.setESPHomeKey(key, source: "GATTWAY_ESPHOME_KEY") }
+            if let slots = environment("GATTWAY_ESPHOME_CONNECTIONS"), !slots.isEmpty {
+                try options.setESPHomeConnections(slots, source: "GATTWAY_ESPHOME_CONNECTIONS")
+            }
             let (commandLine, configFile) = try Options.takeConfigFile(arguments)
             if let configFile { try options.apply(configFile: configFile, readFile: readFile) }
             var rest = commandLine[...]
@@ -325,6 +334,9 @@ struct Options {
             }
             if options.esphomeKey != nil && options.esphomePort == nil {
                 throw UsageError("--esphome-key is the key of the ESPHome API: give --esphome-api [HOST:]PORT too")
+            }
+            if options.esphomeConnectionsGiven && options.esphomePort == nil {
+                throw UsageError("--esphome-connections are the ESPHome API's: give --esphome-api [HOST:]PORT too")
             }
             if options.mqttExposeFile != nil && options.mqtt == nil {
                 throw UsageError("--mqtt-expose publishes to the broker of --mqtt: give --mqtt URL too")
@@ -501,6 +513,7 @@ struct Options {
         case "--mqtt-expose": mqttExposeFile = try value()
         case "--esphome-api": try setESPHomeAPI(try value())
         case "--esphome-key": try setESPHomeKey(try value(), source: "--esphome-key")
+        case "--esphome-connections": try setESPHomeConnections(try value(), source: "--esphome-connections")
         case "--mqtt-expire-after":
             guard let n = Int(try value()), (0...604_800).contains(n) else {
                 throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
@@ -550,6 +563,14 @@ struct Options {
         }
         if let host { esphomeHost = host }
         esphomePort = port
+    }
+
+    private mutating func setESPHomeConnections(_ text: String, source: String) throws {
+        guard let n = Int(text), (1...16).contains(n) else {
+            throw UsageError("\(source) takes a number of connection slots from 1 to 16, not \"\(text)\"")
+        }
+        esphomeConnections = n
+        esphomeConnectionsGiven = true
     }
 
     private mutating func setESPHomeKey(_ text: String, source: String) throws {

@@ -150,10 +150,10 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
 func startESPHome(_ options: Options, port: UInt16, gateway: Gateway) async throws(APIServerError) -> ESPHomeProxy {
     let name = options.gatewayID ?? BridgeTopics.gatewayID(fromHostName: hostName())
     let configuration = APIServer.Configuration(host: options.esphomeHost, port: port, key: options.esphomeKey)
-    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion,
-                                       gateway: gateway, log: { log("esphome: \($0)") })
+    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion, gateway: gateway,
+                                       connections: options.esphomeConnections, log: { log("esphome: \($0)") })
     log("esphome: listening on \(urlHost(options.esphomeHost)):\(proxy.port) (ESPHome native API, "
-        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name)")
+        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name), \(options.esphomeConnections) connection slots")
     return proxy
 }
 
