@@ -3,6 +3,7 @@ import ESPHomeAPI
 import GatewayCore
 import Glibc
 import Synchronization
+import Threading
 
 /// The ESPHome-API door: gattway as a Bluetooth proxy of Home Assistant (`--esphome-api`).
 ///
@@ -38,6 +39,19 @@ public final class ESPHomeProxy: Sendable {
         door.attach(server, adapter: adapter)
     }
 
+    /// What the proxy announces over mDNS (ServiceAnnouncer's service): the node name, the
+    /// service type, the port and the TXT records, with the adapter's address as it is now.
+    /// - Parameter network: "wifi" or "ethernet", what the host is on.
+    public func announcement(network: String) async -> (name: String, type: String, port: UInt16, txt: [String]) {
+        let adapter = await door.core.adapterAddress()
+        return (door.identity.name, ProxyIdentity.serviceType, port, door.identity.announcement(adapter: adapter, network: network))
+    }
+
+    /// `handler` runs when the adapter's address (the announced MAC) changes: announce again.
+    public func onAdapterChange(_ handler: @escaping @Sendable () -> Void) {
+        door.adapterChanged.set { _ in handler() }
+    }
+
     /// Tells each client that gattway is going, then closes.
     public func stop() {
         server.stop()
@@ -58,6 +72,8 @@ final class Door: APIHandler {
     /// Each client's API version, from its hello (what UUIDs it reads).
     private let versions = Mutex<[UInt64: (major: UInt32, minor: UInt32)]>([:])
     private let follower: StreamClient
+    /// Told when the adapter's address changes.
+    let adapterChanged = HandlerSlot<Void>()
 
     init(identity: ProxyIdentity, core: Core, connections: Int, log: @escaping @Sendable (String) -> Void) {
         self.identity = identity
@@ -100,7 +116,9 @@ final class Door: APIHandler {
             state.adapter = adapter
             return state.server
         }
-        changed?.setIdentity(serverIdentity(adapter))
+        guard let changed else { return }
+        changed.setIdentity(serverIdentity(adapter))
+        adapterChanged(())
     }
 
     /// 16- and 32-bit UUIDs go in `short_uuid` to clients of API 1.12 and later.

@@ -310,6 +310,7 @@ func run(_ options: Options) async -> Int32 {
     } else {
         esphome = nil
     }
+    let announcer = esphome.map { proxy in Task { await announce(proxy, options: options) } }
     Task {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
@@ -346,6 +347,7 @@ func run(_ options: Options) async -> Int32 {
     log("signal \(signal): shutting down")
     service.notify("STOPPING=1")
     watchdog?.stop()
+    await announcer?.value?.stop()
     esphome?.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
