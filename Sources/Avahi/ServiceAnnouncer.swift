@@ -86,8 +86,10 @@ public final class ServiceAnnouncer: Sendable {
                 let newOwner = signal.body.count > 2 ? signal.body[2].string ?? "" : ""
                 self?.ownerChanged(newOwner)
             }
+            // Running again (after registering a new host name): the group is added again, the
+            // same group (a new one beside the old would collide with it).
             _ = try await connection.subscribe(serverState) { [weak self] signal in
-                if signal.body.first?.integer == Int(Avahi.running) { self?.schedule(fresh: true) }
+                if signal.body.first?.integer == Int(Avahi.running) { self?.schedule(fresh: false) }
             }
             _ = try await connection.subscribe(groupState) { [weak self] signal in
                 self?.groupChanged(signal)
@@ -174,8 +176,9 @@ public final class ServiceAnnouncer: Sendable {
         }
     }
 
-    /// Adds the service to the entry group (made anew when `fresh`: avahi-daemon restarted or
-    /// changed its host name) and commits it. A name taken already goes to Avahi's alternative.
+    /// Adds the service to the entry group (made anew when `fresh`: at the start, or when a new
+    /// avahi-daemon took the bus name, the old one's groups gone with it) and commits it. A name
+    /// taken already goes to Avahi's alternative.
     private func publish(fresh: Bool) async {
         guard let connection = state.withLock({ $0.stopped ? nil : $0.connection }) else { return }
         do throws(BusError) {

@@ -141,8 +141,8 @@ def main():
         f.write("[server]\nhost-name=gattway-test\nuse-ipv4=yes\nuse-ipv6=no\nallow-interfaces=lo\nenable-dbus=yes\n"
                 "ratelimit-interval-usec=1000000\nratelimit-burst=1000\n"
                 "[publish]\npublish-hinfo=no\npublish-workstation=no\n")
-    spawn(["avahi-daemon", "--no-drop-root", "--no-chroot", "--no-rlimits", "-f", avahi_conf],
-          env={"DBUS_SYSTEM_BUS_ADDRESS": bus}, name="avahi-daemon")
+    avahi = spawn(["avahi-daemon", "--no-drop-root", "--no-chroot", "--no-rlimits", "-f", avahi_conf],
+                  env={"DBUS_SYSTEM_BUS_ADDRESS": bus}, name="avahi-daemon")
     first.wait(r'mdns: announced "proxy-e2e"', timeout=20)
     step("announced once avahi-daemon came")
     result["port"] = port
@@ -162,6 +162,17 @@ def main():
     while time.monotonic() < deadline and result["second"] in browse(bus):
         time.sleep(0.2)
     result["after_stop"] = sorted(browse(bus))
+
+    # 5. avahi-daemon restarts: announced again, by itself.
+    avahi.terminate()
+    avahi.wait(10)
+    first.wait(r"mdns: avahi-daemon left the bus")
+    spawn(["avahi-daemon", "--no-drop-root", "--no-chroot", "--no-rlimits", "-f", avahi_conf],
+          env={"DBUS_SYSTEM_BUS_ADDRESS": bus}, name="avahi-daemon-2")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "proxy-e2e" not in browse(bus):
+        time.sleep(0.2)
+    result["after_restart"] = sorted(browse(bus))
     result["first_log"] = first.mdns_lines()
 
 

@@ -5,7 +5,7 @@ root: loopback with multicast, a private bus, avahi-daemon on it): without avahi
 line and the API serves; avahi-daemon started later, the proxy is announced by itself, seen by
 avahi-browse and by python-zeroconf (Home Assistant's) on the wire with every TXT record, its
 mac the one device info says; a second proxy of the same name takes Avahi's alternative; a
-stopped one is withdrawn."""
+stopped one is withdrawn; avahi-daemon restarted, the proxy is announced again."""
 import json
 import os
 import shutil
@@ -53,4 +53,6 @@ def test_announced_over_mdns_through_avahi(tmp_path):
     assert r["second"] == "proxy-e2e #2"
     assert r["both"] == ["proxy-e2e", "proxy-e2e #2"]
     assert r["after_stop"] == ["proxy-e2e"], "a stopped proxy is withdrawn"
-    assert r["first_log"][-1] == f'mdns: announced "proxy-e2e" (_esphomelib._tcp) on port {r["port"]}'
+    assert r["after_restart"] == ["proxy-e2e"], "announced again after avahi-daemon restarted"
+    announced = f'mdns: announced "proxy-e2e" (_esphomelib._tcp) on port {r["port"]}'
+    assert r["first_log"][1:] == [announced, "mdns: avahi-daemon left the bus: not announced until it is back", announced]
