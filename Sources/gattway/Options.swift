@@ -270,7 +270,7 @@ struct Options {
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
       GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
       GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE, GATTWAY_ESPHOME_API,
-      GATTWAY_ESPHOME_KEY
+      GATTWAY_ESPHOME_KEY, GATTWAY_ESPHOME_CONNECTIONS
                                 defaults for the options above; flags (and --config) win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
