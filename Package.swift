@@ -2,7 +2,7 @@
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge, ESPHomeProxy) → GatewayCore → (BLE, Sensors);
 // HTTPAPI → (Access → HTTPServer, Dashboard); ESPHomeProxy → ESPHomeAPI → (CNettle, CLinux, Threading); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading); Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports
+// executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports
 // another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
 // CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
@@ -82,15 +82,18 @@ let package = Package(
         // The ESPHome native API (protobuf messages, plaintext and Noise frames, a TCP server on a
         // thread of its own), knowing nothing of gattway.
         .target(name: "ESPHomeAPI", dependencies: ["CNettle", "CLinux", "Sockets", "Threading"]),
+        // A DNS-SD service announced through avahi-daemon's D-Bus API (the ESPHome API's
+        // `_esphomelib._tcp`), knowing nothing of gattway.
+        .target(name: "Avahi", dependencies: ["DBus"]),
         // The ESPHome-API door (`--esphome-api`): gattway as a Home Assistant Bluetooth proxy.
-        // What it takes from the gateway's core is in one file (GatewayCore.swift).
-        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE"]),
+        // What it takes from the gateway's core is in one file (Core.swift).
+        .target(name: "ESPHomeProxy", dependencies: ["ESPHomeAPI", "GatewayCore", "BLE", "Threading"]),
 
         // The serial-port door: a device's UART as a serial port (profiles, line framing, paced
         // writes), shared by its TCP ports (`--serial`) and the HTTP API's WebSocket route.
         .target(name: "SerialBridge", dependencies: ["GatewayCore", "BLE", "Sockets", "Threading"]),
 
-        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Access",
+        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Avahi", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
@@ -115,6 +118,7 @@ let package = Package(
         .testTarget(name: "MQTTBridgeTests", dependencies: ["MQTTBridge", "GatewayCore", "GatewayTesting", "BLE", "Sensors"]),
         // make-vectors.py writes the protobuf and Noise vectors the tests compare with.
         .testTarget(name: "ESPHomeAPITests", dependencies: ["ESPHomeAPI"], exclude: ["make-vectors.py"]),
+        .testTarget(name: "ESPHomeProxyTests", dependencies: ["ESPHomeProxy", "ESPHomeAPI", "GatewayCore", "GatewayTesting", "BLE"]),
     ],
     swiftLanguageModes: [.v6]
 )

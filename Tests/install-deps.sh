@@ -14,8 +14,11 @@ case "${1:-}" in
         # test: python3-venv (pytest, bleak, playwright), bluez (bleak asks `bluetoothctl
         # --version`), curl and jq (the README's polling examples), chromium (the browser
         # tests), openssl (the TLS tests make their certificates), mosquitto (the MQTT tests' broker),
-        # docker-compose (Docker/compose.mqtt.yaml run as it is, with ../shared/dockerlab).
-        packages+=(python3-venv bluez curl jq chromium openssl mosquitto docker-compose) ;;
+        # docker-compose (Docker/compose.mqtt.yaml run as it is, with ../shared/dockerlab),
+        # avahi-daemon and avahi-utils (the ESPHome API's mDNS announcement, tested with a daemon
+        # of the test's own in a network namespace; on a machine with systemd the package also
+        # enables the system's avahi-daemon, as any desktop has it).
+        packages+=(python3-venv bluez curl jq chromium openssl mosquitto docker-compose avahi-daemon avahi-utils) ;;
     *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
 esac
 echo "installing ${packages[*]} (apt-get${SUDO:+, with sudo})"

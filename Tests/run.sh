@@ -80,7 +80,7 @@ step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
     openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
-    aioesphomeapi==46.23.0 pyserial==3.5
+    aioesphomeapi==46.23.0 bleak-esphome==4.1.0 habluetooth==7.2.1 pyserial==3.5
 py=.build/venv/bin/python
 
 lab_missing() {

@@ -284,12 +284,12 @@ class Rig:
 
 
 class Helper:
-    """This file run as a helper process (`_role ...`); JSON commands in, JSON answers out."""
+    """This file (or `script`) run as a helper process (`_role ...`); JSON commands in, JSON answers out."""
 
-    def __init__(self, stack, name, *args, env=None):
+    def __init__(self, stack, name, *args, env=None, script=None):
         self.name = name
         self.errf = stack.enter_context(open(os.path.join(OUT, f"{name}.log"), "w"))
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(script or __file__), *args], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.errf, text=True, bufsize=1,
                                   env=dict(os.environ, **(env or {})))
         stack.callback(stop_process, self.p, 3)

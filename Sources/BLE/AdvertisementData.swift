@@ -12,6 +12,11 @@ public struct AdvertisementData: Sendable, Hashable {
     public var txPowerLevel: Int?
     /// `CBAdvertisementDataIsConnectable`; nil when unknown.
     public var isConnectable: Bool?
+    /// The Flags AD structure's byte (discoverable modes, BR/EDR support), when the stack reports it.
+    public var flags: UInt8?
+    /// Other AD structures as received, by AD type, when the stack passes them on (types the
+    /// fields above carry are not among them).
+    public var otherStructures: [UInt8: [UInt8]]
 
     public init(
         localName: String? = nil,
@@ -19,7 +24,9 @@ public struct AdvertisementData: Sendable, Hashable {
         manufacturerData: [UInt16: [UInt8]] = [:],
         serviceData: [BluetoothUUID: [UInt8]] = [:],
         txPowerLevel: Int? = nil,
-        isConnectable: Bool? = nil
+        isConnectable: Bool? = nil,
+        flags: UInt8? = nil,
+        otherStructures: [UInt8: [UInt8]] = [:]
     ) {
         self.localName = localName
         self.serviceUUIDs = serviceUUIDs
@@ -27,5 +34,7 @@ public struct AdvertisementData: Sendable, Hashable {
         self.serviceData = serviceData
         self.txPowerLevel = txPowerLevel
         self.isConnectable = isConnectable
+        self.flags = flags
+        self.otherStructures = otherStructures
     }
 }

@@ -112,8 +112,8 @@ public protocol Central: Sendable {
 
     /// Starts the watch (a discovery that lasts until `stopWatch`, whatever the scan does,
     /// resumed after anything that ends it), or replaces the running watch's options. Its
-    /// devices are reported as `.advertisementChanged` when first heard and when their
-    /// advertised data changes, and listed by `watched()`.
+    /// devices are reported as `.advertisementChanged` when first heard and at every
+    /// advertisement the stack reports of them (duplicates included), and listed by `watched()`.
     func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus
     func stopWatch() async throws(BLEError) -> WatchStatus
     func watchStatus() async -> WatchStatus

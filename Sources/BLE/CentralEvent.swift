@@ -8,7 +8,7 @@ public enum CentralEvent: Sendable, Equatable {
     case advertisement(PeripheralInfo)
     /// A device this scan already reported advertised other service or manufacturer data, and
     /// the scan does not allow duplicates (with duplicates, `.advertisement` reports it); or the
-    /// watch heard a device first, or heard its data change. Not a `didDiscover` (CoreBluetooth
+    /// watch heard one of its devices (each advertisement). Not a `didDiscover` (CoreBluetooth
     /// reports a device once per such scan): for what decodes advertisements, such as sensor
     /// payloads, which change while the device stays the same.
     case advertisementChanged(PeripheralInfo)

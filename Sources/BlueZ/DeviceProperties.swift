@@ -29,6 +29,11 @@ enum DeviceProperties {
                 serviceData[uuid] = bytes
             }
         }
+        // Both experimental in 5.66 (bluetoothd --experimental): usually absent.
+        var other: [UInt8: [UInt8]] = [:]
+        for entry in props["AdvertisingData"]?.dictionaryEntries ?? [] {
+            if let type = entry.key.integer, let key = UInt8(exactly: type), let bytes = entry.value.bytes { other[key] = bytes }
+        }
         return AdvertisementData(
             localName: props["Name"]?.string,
             serviceUUIDs: (props["UUIDs"]?.strings ?? []).compactMap { BluetoothUUID($0) },
@@ -36,7 +41,9 @@ enum DeviceProperties {
             serviceData: serviceData,
             txPowerLevel: props["TxPower"]?.integer,
             // BlueZ 5.66 does not say whether an advertisement was connectable.
-            isConnectable: nil)
+            isConnectable: nil,
+            flags: props["AdvertisingFlags"]?.bytes?.first,
+            otherStructures: other)
     }
 
     /// RSSI, when BlueZ has a current one (it reports 127 or nothing when it does not).

@@ -442,9 +442,18 @@ final class Scanner: Sendable {
         let now = Date()
         // Without DuplicateData, BlueZ signals ServiceData and ManufacturerData when they change,
         // each change once: every one is passed on, so that sensor payloads are all decoded.
+        // With a discovery filter set (the watch always sets one) it signals RSSI at every
+        // advertisement it receives: that, a new device or new data is an advertisement heard.
         var dataChanged = false
-        if case .properties(_, _, let changed, _) = change {
+        var advertised = false
+        switch change {
+        case .properties(_, _, let changed, _):
             dataChanged = changed["ServiceData"] != nil || changed["ManufacturerData"] != nil
+            advertised = dataChanged || Self.advertisedProperties.contains { changed[$0] != nil }
+        case .added:
+            advertised = true
+        default:
+            break
         }
         let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
         let (report, watched) = scan.withLock { s -> (Report?, Bool) in
@@ -460,7 +469,9 @@ final class Scanner: Sendable {
             var watched = false
             if let options = s.watch?.options, s.watch?.heard[address] != nil
                 || options.matches(address, name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
-                watched = s.watch?.hear(address, snapshot, at: now) == true || dataChanged
+                // Every advertisement of a watched device, duplicates included: a Bluetooth
+                // proxy's clients (Home Assistant) expect the steady stream a radio hears.
+                watched = s.watch?.hear(address, snapshot, at: now) == true || advertised
             }
             guard s.scanning, let options = s.options else { return (nil, watched) }
             let known = s.seen[address] != nil
@@ -480,6 +491,9 @@ final class Scanner: Sendable {
         case nil: if watched { events(.advertisementChanged(info)) }
         }
     }
+
+    /// Device1 properties BlueZ sets from a received advertisement (besides the data ones).
+    private static let advertisedProperties = ["RSSI", "TxPower", "AdvertisingFlags", "AdvertisingData"]
 
     /// What a device's change during a scan is to clients.
     private enum Report {

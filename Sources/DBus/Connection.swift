@@ -164,6 +164,9 @@ private final class Core: @unchecked Sendable {
     let lost = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let loopThread = Mutex<pthread_t?>(nil)
+    /// The same, readable without a lock by libdbus's callbacks (0 until the thread runs).
+    private let loopThreadID = Atomic<UInt>(0)
+    var onLoopThread: Bool { UInt(pthread_self()) == loopThreadID.load(ordering: .acquiring) }
     private let subscriptions = Mutex<(next: Int, items: [Int: (MatchRule, @Sendable (Message) -> Void)])>((0, [:]))
     let methodCallHandler = HandlerSlot<Message>()
     let disconnectHandler = HandlerSlot<Void>()
@@ -173,7 +176,6 @@ private final class Core: @unchecked Sendable {
     private var timeouts: [OpaquePointer: ContinuousClock.Instant] = [:]
     private var pending: Set<ObjectIdentifier> = []
     private var pendingBoxes: [ObjectIdentifier: PendingBox] = [:]
-    private var threadID: pthread_t?
 
     init(_ raw: OpaquePointer) {
         self.raw = raw
@@ -194,12 +196,19 @@ private final class Core: @unchecked Sendable {
         }, { timeout, data in
             Core.from(data).arm(timeout!)
         }, context, nil)
-        dbus_connection_set_wakeup_main_function(raw, { data in Core.from(data).wake() }, context, nil)
+        // libdbus asks for a wake-up at every message it queues; on the loop thread (where it
+        // reads them all) that would be a write per message and one more poll round for nothing:
+        // the loop dispatches what it read before it polls again.
+        dbus_connection_set_wakeup_main_function(raw, { data in
+            let core = Core.from(data)
+            if !core.onLoopThread { core.wake() }
+        }, context, nil)
         dbus_connection_add_filter(raw, { _, message, data in
             Core.from(data).filter(message!)
         }, context, nil)
         Threads.start(name: "gattway-dbus") { [self] in
             loopThread.withLock { $0 = pthread_self() }
+            loopThreadID.store(UInt(pthread_self()), ordering: .releasing)
             run()
         }
     }

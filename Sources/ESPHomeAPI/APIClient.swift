@@ -90,6 +90,11 @@ public final class APIClient: Sendable, Hashable {
         return accepted
     }
 
+    /// Bytes sent and not yet written to the socket: a door that may drop what it sends (the
+    /// advertisements of a Bluetooth proxy) sends only while this is low, so that a slow reader
+    /// loses those and is not ended for them.
+    public var buffered: Int { state.withLock { $0.pending } }
+
     /// Ends the connection once what was sent is written (the server waits a little for a
     /// slow reader, then ends it anyway); `reason` goes to the log and to `APIHandler.ended`.
     public func close(reason: String) {

@@ -1,51 +1,102 @@
+import BLE
 import ESPHomeAPI
 import GatewayCore
 import Glibc
 import Synchronization
+import Threading
 
 /// The ESPHome-API door: gattway as a Bluetooth proxy of Home Assistant (`--esphome-api`).
 ///
-/// This increment holds the conversation that is not Bluetooth: hello, login (no password),
-/// device info (with the proxy's features and its adapter's address), an empty entity list,
-/// ping, disconnect and time; the subscriptions to states, logs and Home Assistant services and
-/// states are taken and nothing is ever sent on them (gattway has no entities). The Bluetooth
-/// requests are refused at once for now (see `refuse`).
+/// Besides the conversation every ESPHome device holds (hello, login without a password, device
+/// info with the proxy's features and its adapter's address, an empty entity list, ping,
+/// disconnect, time; subscriptions to states, logs and Home Assistant's services and states are
+/// taken and nothing is sent on them), it answers the Bluetooth proxy's requests over the core:
+/// advertisements (`ProxyScanner`, `Advertiser`), connections, GATT, pairing and the cache
+/// (`Connections`). Notifications, links going down and the adapter's state come from the event
+/// hub.
 public final class ESPHomeProxy: Sendable {
     /// The port it listens on.
     public let port: UInt16
     private let server: APIServer
+    private let door: Door
 
     /// Looks up the adapter's address (the Noise hello carries it), then listens.
-    public init(_ configuration: APIServer.Configuration, name: String, version: String, gateway: Gateway,
+    /// - Parameter connections: the connection slots the API's clients share (ESPHome's default is 3).
+    public init(_ configuration: APIServer.Configuration, name: String, version: String, gateway: Gateway, connections: Int = 3,
                 log: @escaping @Sendable (String) -> Void) async throws(APIServerError) {
         let identity = ProxyIdentity(name: name, version: version, encrypted: configuration.key != nil)
         let core = Core(gateway: gateway)
-        let door = Door(identity: identity, core: core, log: log)
+        let door = Door(identity: identity, core: core, connections: connections, log: log)
         let adapter = await core.adapterAddress()
-        server = try APIServer(configuration, identity: door.serverIdentity(adapter), handler: door, log: log)
+        do {
+            server = try APIServer(configuration, identity: door.serverIdentity(adapter), handler: door, log: log)
+        } catch {
+            door.stop()
+            throw error
+        }
         port = server.port
+        self.door = door
         door.attach(server, adapter: adapter)
+    }
+
+    /// What the proxy announces over mDNS (ServiceAnnouncer's service): the node name, the
+    /// service type, the port and the TXT records, with the adapter's address as it is now.
+    /// - Parameter network: "wifi" or "ethernet", what the host is on.
+    public func announcement(network: String) async -> (name: String, type: String, port: UInt16, txt: [String]) {
+        let adapter = await door.core.adapterAddress()
+        return (door.identity.name, ProxyIdentity.serviceType, port, door.identity.announcement(adapter: adapter, network: network))
+    }
+
+    /// `handler` runs when the adapter's address (the announced MAC) changes: announce again.
+    public func onAdapterChange(_ handler: @escaping @Sendable () -> Void) {
+        door.adapterChanged.set { _ in handler() }
     }
 
     /// Tells each client that gattway is going, then closes.
     public func stop() {
         server.stop()
+        door.stop()
     }
 }
 
-/// The door's answers, on the server's thread (device info on a task of its own: the adapter is
-/// looked up).
+/// The door's answers, on the server's thread; what needs the radio runs in `Connections`'
+/// lanes or `ProxyScanner`'s, and device info on a task of its own (the adapter is looked up).
 final class Door: APIHandler {
     let identity: ProxyIdentity
     let core: Core
     let log: @Sendable (String) -> Void
+    let connections: Connections
+    let scanner: ProxyScanner
     /// The server, once made, and the adapter address its Noise hello says.
     private let server = Mutex<(server: APIServer?, adapter: MACAddress?)>((nil, nil))
+    /// Each client's API version, from its hello (what UUIDs it reads).
+    private let versions = Mutex<[UInt64: (major: UInt32, minor: UInt32)]>([:])
+    private let follower: StreamClient
+    /// Told when the adapter's address changes.
+    let adapterChanged = HandlerSlot<Void>()
 
-    init(identity: ProxyIdentity, core: Core, log: @escaping @Sendable (String) -> Void) {
+    init(identity: ProxyIdentity, core: Core, connections: Int, log: @escaping @Sendable (String) -> Void) {
         self.identity = identity
         self.core = core
         self.log = log
+        let connections = Connections(limit: connections, core: core, log: log)
+        let scanner = ProxyScanner(core: core, log: log)
+        self.connections = connections
+        self.scanner = scanner
+        follower = core.follow([.notification, .connection, .state]) { event in
+            switch event.event {
+            // Notifications only: a read's value comes as its answer (ESPHome tells them apart).
+            case .central(.value(let update)) where !event.readResult: connections.notified(update)
+            case .central(.connection(let id, .disconnected, let error)): connections.linkDown(id, error: error)
+            case .central(.state): scanner.refresh()
+            default: break
+            }
+        }
+    }
+
+    func stop() {
+        core.unfollow(follower)
+        scanner.stop()
     }
 
     func serverIdentity(_ adapter: MACAddress?) -> APIServer.Identity {
@@ -65,13 +116,22 @@ final class Door: APIHandler {
             state.adapter = adapter
             return state.server
         }
-        changed?.setIdentity(serverIdentity(adapter))
+        guard let changed else { return }
+        changed.setIdentity(serverIdentity(adapter))
+        adapterChanged(())
+    }
+
+    /// 16- and 32-bit UUIDs go in `short_uuid` to clients of API 1.12 and later.
+    private func readsShortUUIDs(_ client: APIClient) -> Bool {
+        guard let version = versions.withLock({ $0[client.id] }) else { return false }
+        return version.major > 1 || (version.major == 1 && version.minor >= 12)
     }
 
     func received(_ message: ClientMessage, from client: APIClient) {
         switch message {
         case .hello(let hello):
             log("\(client.peer): hello from \(hello.clientInfo.isEmpty ? "a client" : hello.clientInfo) (API \(hello.apiVersionMajor).\(hello.apiVersionMinor))")
+            versions.withLock { $0[client.id] = (hello.apiVersionMajor, hello.apiVersionMinor) }
             client.send(identity.hello())
         case .authentication:
             // No password: whatever it says is right (as ESPHome without a password answered).
@@ -94,44 +154,54 @@ final class Door: APIHandler {
         case .subscribeStates, .subscribeLogs, .subscribeHomeAssistantServices, .subscribeHomeAssistantStates,
              .time, .pingResponse, .disconnectResponse, .other:
             break
-        case .subscribeAdvertisements, .unsubscribeAdvertisements, .device, .getServices, .read, .write,
-             .readDescriptor, .writeDescriptor, .notify, .subscribeConnectionsFree, .setScannerMode:
-            refuse(message, client)
+        case .subscribeAdvertisements:
+            // Raw whatever the flags say: the features say raw, and ESPHome sends nothing else now.
+            scanner.subscribe(client)
+        case .unsubscribeAdvertisements:
+            scanner.unsubscribe(client)
+        case .setScannerMode(let request):
+            scanner.setMode(request.mode, by: client)
+        case .subscribeConnectionsFree:
+            connections.subscribeFree(client)
+        case .device(let request):
+            connections.handle(request, from: client)
+        case .getServices(let request):
+            let short = readsShortUUIDs(client)
+            connections.gatt(request.address, 0, from: client) { [core] device throws(BLEError) in
+                ServicePages.messages(address: request.address, services: try await core.services(device), shortUUIDs: short)
+            }
+        case .read(let request):
+            connections.gatt(request.address, request.handle, from: client) { [core] device throws(BLEError) in
+                let data = try await core.read(device, characteristic: try Self.attHandle(request.handle))
+                return [BluetoothGATTReadResponse(address: request.address, handle: request.handle, data: data)]
+            }
+        case .readDescriptor(let request):
+            connections.gatt(request.address, request.handle, from: client) { [core] device throws(BLEError) in
+                let data = try await core.read(device, descriptor: try Self.attHandle(request.handle))
+                return [BluetoothGATTReadResponse(address: request.address, handle: request.handle, data: data)]
+            }
+        case .write(let request):
+            connections.gatt(request.address, request.handle, from: client, { [core] device throws(BLEError) in
+                try await core.write(device, characteristic: try Self.attHandle(request.handle), request.data, withResponse: request.response)
+                // A write without response is not answered (the client does not wait); its failure is.
+                return request.response ? [BluetoothGATTWriteResponse(address: request.address, handle: request.handle)] : []
+            }, errorFor: .write)
+        case .writeDescriptor(let request):
+            connections.writeDescriptor(request, from: client)
+        case .notify(let request):
+            connections.notify(request, from: client)
         }
     }
 
-    func ended(_ client: APIClient, reason: String) {}
+    func ended(_ client: APIClient, reason: String) {
+        versions.withLock { _ = $0.removeValue(forKey: client.id) }
+        scanner.unsubscribe(client)
+        connections.clientGone(client)
+    }
 
-    /// ATT's "Request Not Supported" (0x06, ESP-IDF's ESP_GATT_REQ_NOT_SUPPORTED).
-    static let notSupported: Int32 = 0x06
-
-    /// The Bluetooth requests until the next increment brings them (advertisements from the
-    /// central, batched; connections through it with slots; GATT; pairing; the scanner's state
-    /// and mode): each answered at once where the API has an answer that refuses, so that a
-    /// client does not wait for its timeout; no slot is free; advertisement subscriptions and
-    /// the scanner mode are taken and nothing comes of them.
-    private func refuse(_ message: ClientMessage, _ client: APIClient) {
-        let error = Self.notSupported
-        switch message {
-        case .device(let request):
-            let address = request.address
-            switch request.requestType {
-            case .pair: client.send(BluetoothDevicePairingResponse(address: address, succeeded: false, error: error))
-            case .unpair: client.send(BluetoothDeviceUnpairingResponse(address: address, succeeded: false, error: error))
-            case .clearCache: client.send(BluetoothDeviceClearCacheResponse(address: address, succeeded: false, error: error))
-            case .disconnect: client.send(BluetoothDeviceConnectionResponse(address: address, connected: false))
-            default: client.send(BluetoothDeviceConnectionResponse(address: address, connected: false, error: error))
-            }
-        case .getServices(let request):
-            client.send(BluetoothGATTErrorResponse(address: request.address, handle: 0, error: error))
-        case .read(let request as any BluetoothHandleMessage), .write(let request as any BluetoothHandleMessage),
-             .readDescriptor(let request as any BluetoothHandleMessage), .writeDescriptor(let request as any BluetoothHandleMessage),
-             .notify(let request as any BluetoothHandleMessage):
-            client.send(BluetoothGATTErrorResponse(address: request.address, handle: request.handle, error: error))
-        case .subscribeConnectionsFree:
-            client.send(BluetoothConnectionsFreeResponse(free: 0, limit: 0, allocated: []))
-        default:
-            break
-        }
+    /// An ATT handle is 16 bits; the API's field is 32.
+    static func attHandle(_ handle: UInt32) throws(BLEError) -> UInt16 {
+        guard let h = UInt16(exactly: handle) else { throw BLEError(.invalidHandle, "handle \(handle) is not an ATT handle") }
+        return h
     }
 }

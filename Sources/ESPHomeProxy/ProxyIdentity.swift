@@ -48,6 +48,22 @@ struct ProxyIdentity: Sendable {
                       serverInfo: "gattway \(version)", name: name)
     }
 
+    /// The DNS-SD service type ESPHome nodes announce, which Home Assistant browses for.
+    static let serviceType = "_esphomelib._tcp"
+
+    /// The TXT records of the `_esphomelib._tcp` announcement, as an ESPHome node has them:
+    /// what Home Assistant's discovery reads (mac, which must be device info's; friendly_name;
+    /// api_encryption, which makes it ask for the key) and aioesphomeapi-discover shows (version,
+    /// platform, board). `network` is "wifi" or "ethernet"; no `api_encryption_supported`: the
+    /// key is set at start, never over the API.
+    func announcement(adapter: MACAddress?, network: String) -> [String] {
+        var txt = ["friendly_name=gattway \(name)", "version=\(Self.esphomeVersion)", "mac=\(adapter?.compact ?? "")",
+                   "platform=Linux", "board=gattway", "network=\(network)"]
+        if encrypted { txt.append("api_encryption=Noise_NNpsk0_25519_ChaChaPoly_SHA256") }
+        txt += ["project_name=gattway.gattway", "project_version=\(version)"]
+        return txt
+    }
+
     /// With the adapter's address as the device's MAC too: Home Assistant keys the proxy by its
     /// MAC, and the radio's is the one address that is this proxy's own (empty while gattway has no adapter).
     func deviceInfo(adapter: MACAddress?) -> DeviceInfoResponse {

@@ -42,11 +42,16 @@ package final class HubEvent: Sendable {
     package let characteristicUUID: BluetoothUUID?
     /// A sensor packet with the same values as the one before: only for `everyPacket` selections.
     package let unchanged: Bool
+    /// A value event that is the result of a read the gateway made (through `Gateway.readNow`),
+    /// not a notification. Stream clients get both (`didUpdateValueFor`); a door whose protocol
+    /// tells them apart (the ESPHome API) forwards notifications only.
+    package let readResult: Bool
 
-    package init(seq: UInt64, time: Date, event: StreamEvent) {
+    package init(seq: UInt64, time: Date, event: StreamEvent, readResult: Bool = false) {
         self.seq = seq
         self.time = time
         self.event = event
+        self.readResult = readResult
         var handle: UInt16?
         var uuid: BluetoothUUID?
         var unchanged = false
@@ -147,9 +152,9 @@ package final class EventHub: Sendable {
 
     package func publish(_ event: CentralEvent) { publish(.central(event)) }
 
-    package func publish(_ event: StreamEvent) {
+    package func publish(_ event: StreamEvent, readResult: Bool = false) {
         publishedCount.add(1, ordering: .relaxed)
-        mailbox.publish(Published(event: event, time: Date(), at: .now))
+        mailbox.publish(Published(event: event, time: Date(), at: .now, readResult: readResult))
     }
 
     /// Events published since start.
@@ -176,6 +181,7 @@ package final class EventHub: Sendable {
         let event: StreamEvent
         let time: Date
         let at: ContinuousClock.Instant
+        let readResult: Bool
     }
 
     package enum Command: Sendable {
@@ -284,7 +290,7 @@ package final class EventHub: Sendable {
                 var live: [HubEvent] = []
                 for published in contents.events {
                     seq += 1
-                    let event = HubEvent(seq: seq, time: published.time, event: published.event)
+                    let event = HubEvent(seq: seq, time: published.time, event: published.event, readResult: published.readResult)
                     ring.append(event)
                     if ring.count > 2 * EventHub.ringSize { ring.removeFirst(ring.count - EventHub.ringSize) }
                     if now - published.at > EventHub.maxLag {

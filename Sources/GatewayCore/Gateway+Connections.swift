@@ -8,6 +8,11 @@ extension Gateway {
     /// A client's connect (REST, MQTT): `timeout` in seconds; kept connected as `autoReconnect`
     /// (or `--auto-reconnect`) says.
     package func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> DeviceBody {
+        DeviceBody(try await connectPeripheral(id, timeout: timeout, autoReconnect: autoReconnect))
+    }
+
+    /// `connect`, answering the device as the central has it (its MTU, for a door that says it).
+    package func connectPeripheral(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> PeripheralInfo {
         let timeout = timeout ?? Self.defaultConnectTimeout
         guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
             throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
@@ -15,9 +20,9 @@ extension Gateway {
         let keep = autoReconnect ?? self.autoReconnect
         // Kept from now on, even if this attempt fails: the central tries again.
         if keep { restoration.kept(id, true) }
-        return DeviceBody(try await autoConnections.clientConnects(id) { () async throws(BLEError) in
+        return try await autoConnections.clientConnects(id) { () async throws(BLEError) in
             try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
-        })
+        }
     }
 
     /// A client's disconnect (REST, MQTT): no longer kept connected either.

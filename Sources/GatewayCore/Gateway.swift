@@ -24,6 +24,8 @@ public final class Gateway: Sendable {
     package let values: ValueCache
     /// Devices gattway connected for `connect=auto`, disconnected when idle.
     package let autoConnections: AutoConnections
+    /// Every advertisement the central reports, as it comes, for doors that forward them all.
+    package let advertisements = AdvertisementFeed()
     /// Diagnostics: recent errors, reconnection attempts, notifications restored.
     package let errors = ErrorLog()
     package let reconnectAttempts = Atomic<Int>(0)
@@ -57,14 +59,20 @@ public final class Gateway: Sendable {
         self.values = values
         let autoConnections = AutoConnections(central: central, holds: holds, idleAfter: idleDisconnect, log: log)
         self.autoConnections = autoConnections
+        let advertisements = advertisements
         central.setEventHandler { [weak self] event in
             switch event {
             case .advertisement(let info):
                 hub.publish(event)
                 sensors.hear(info)
+                advertisements.heard(info)
             case .advertisementChanged(let info):
                 // Not a client's `advertisement` event (see CentralEvent): only a reading, if any.
                 sensors.hear(info)
+                advertisements.heard(info)
+            case .value(let update):
+                // Told apart here, on the central's thread, while a read's turn is still open.
+                hub.publish(.central(event), readResult: !values.noted(update))
             default:
                 hub.publish(event)
             }
@@ -74,7 +82,6 @@ public final class Gateway: Sendable {
             case .connection(let id, .connected, _): restoration.connected(id)
             case .connection(let id, .disconnected, _): autoConnections.linkDown(id)
             case .resubscribed(let id, let handle, _, let error): restoration.resubscribed(id, handle, error)
-            case .value(let update): values.noted(update)
             default: break
             }
         }

@@ -62,12 +62,15 @@ package final class ValueCache: Sendable {
         return value
     }
 
-    /// A value event: a notification, unless a read of the attribute is under way.
-    package func noted(_ update: ValueUpdate) {
+    /// A value event: a notification (true), unless a read of the attribute is under way (false:
+    /// the read's own value, which the read keeps).
+    @discardableResult
+    package func noted(_ update: ValueUpdate) -> Bool {
         let key = Key(device: update.device, handle: update.characteristicHandle)
-        guard state.withLock({ $0.reading[key] == nil }) else { return }
+        guard state.withLock({ $0.reading[key] == nil }) else { return false }
         let value = AttributeValue(handle: update.characteristicHandle, uuid: update.characteristicUUID, value: update.value)
         store(key, Entry(value: value, at: now, origin: .notification))
+        return true
     }
 
     /// The value kept for `key` if it is at most `maxAge` old and still of attribute `uuid` (a

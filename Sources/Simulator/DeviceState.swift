@@ -56,6 +56,9 @@ struct DeviceState: Sendable {
     var pairing: Pairing?
 
     // MARK: the peripheral
+    /// The device took a new random address (`addressRotationMs`): this one is advertised no
+    /// more, and bluetoothd forgets it when its TemporaryTimeout ends; its timers stop.
+    var retired = false
     var advertisingCounter: UInt8 = 0
     var sensor: SensorState?
     /// Service data set at run time (`SetServiceData`), advertised over the configuration's.

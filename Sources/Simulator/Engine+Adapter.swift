@@ -98,7 +98,7 @@ extension Engine {
         let device = devices[d]
         // A connected peripheral stops advertising; an absent one is not heard. With a filter set,
         // bluetoothd reports every advertisement's RSSI, else only changes of 8 dB or more.
-        guard !device.faults.outOfRange, device.link == .idle || isConnecting(d), !device.blocked else { return }
+        guard !device.faults.outOfRange, !device.retired, device.link == .idle || isConnecting(d), !device.blocked else { return }
         let merged = MergedDiscovery(discoveryClients.values)
         let ad = nextAdvertisement(d)
         // bluetoothd restarts a device's TemporaryTimeout on every report it hears, even one

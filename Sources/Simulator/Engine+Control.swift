@@ -204,16 +204,50 @@ extension Engine {
 
     // MARK: - Timers
 
-    /// Advertising and sensors run for the simulator's lifetime, value generators for their firmware's.
+    /// Advertising and sensors run for the simulator's lifetime (or until the device takes a new
+    /// address), value generators for their firmware's.
     func startTimers() {
-        for d in devices.indices {
-            tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertise(d); return true }
-            if let sensor = devices[d].config.sensor {
-                // The new payload goes out with the next advertisement, as a real sensor's does.
-                tasks.every(milliseconds: sensor.intervalMs) { await self.measure(d); return true }
-            }
-            startGenerators(d)
+        for d in devices.indices { startTimers(d) }
+    }
+
+    private func startTimers(_ d: Int) {
+        tasks.every(milliseconds: devices[d].config.advertisingIntervalMs) { await self.advertiseWhileCurrent(d) }
+        if let sensor = devices[d].config.sensor {
+            // The new payload goes out with the next advertisement, as a real sensor's does.
+            tasks.every(milliseconds: sensor.intervalMs) { await self.measure(d) }
         }
+        if let rotation = devices[d].config.addressRotationMs {
+            tasks.every(milliseconds: rotation) { await self.rotateAddress(d) }
+        }
+        startGenerators(d)
+    }
+
+    private func advertiseWhileCurrent(_ d: Int) -> Bool {
+        guard !devices[d].retired else { return false }
+        advertise(d)
+        return true
+    }
+
+    /// The device takes a new random address, as a phone's or a tracker's private address
+    /// changes: bluetoothd hears a new device from its next advertisement on, and the old
+    /// address, heard no more, goes when its TemporaryTimeout ends (a new entry, so that the old
+    /// one's object stays as long as bluetoothd keeps it). A connected device keeps its address
+    /// while connected. False: this entry is retired, the new one has timers of its own.
+    private func rotateAddress(_ d: Int) -> Bool {
+        guard !devices[d].retired else { return false }
+        guard devices[d].link == .idle else { return true }
+        var config = devices[d].config
+        repeat {
+            // A static random address: the two top bits set.
+            var bytes = (0..<6).map { _ in UInt8.random(in: 0...255) }
+            bytes[0] |= 0xC0
+            config.address = BluetoothAddress(bytes: bytes)!
+        } while devices.contains { $0.address == config.address }
+        config.addressType = "random"
+        devices[d].retired = true
+        devices.append(DeviceState(config: config, adapterPath: Engine.adapterPath))
+        startTimers(devices.count - 1)
+        return false
     }
 
     /// The value generators of the peripheral's current table.
@@ -233,14 +267,16 @@ extension Engine {
         }
     }
 
-    private func measure(_ d: Int) {
+    private func measure(_ d: Int) -> Bool {
+        guard !devices[d].retired else { return false }
         devices[d].sensor?.measure()
+        return true
     }
 
     /// One tick of a characteristic's generator: a new value, notified. False once the
     /// peripheral has another firmware.
     private func generate(_ d: Int, _ c: Int, firmware: Int) -> Bool {
-        guard devices[d].peripheral.firmware == firmware else { return false }
+        guard devices[d].peripheral.firmware == firmware, !devices[d].retired else { return false }
         var value = devices[d].peripheral.values[c]
         switch devices[d].peripheral.table.characteristics[c].configuration.generator {
         case .heartRate:

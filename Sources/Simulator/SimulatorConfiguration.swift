@@ -204,6 +204,10 @@ extension SimulatorConfiguration {
         /// Replaces the last byte of every manufacturer data entry with a counter that goes up by
         /// one per advertisement, so that scanners see the data change.
         public var advertisingCounter: Bool
+        /// A random address that changes this often, as a phone's or a tracker's private address
+        /// does: bluetoothd then hears a new device, and forgets the old address once its
+        /// TemporaryTimeout ends. nil: the address is fixed.
+        public var addressRotationMs: Int?
         /// Sensor readings in the advertisement, measured anew every interval.
         public var sensor: Sensor?
         /// The negotiated ATT MTU while connected.
@@ -221,8 +225,9 @@ extension SimulatorConfiguration {
                     rssiJitter: Int = 3, txPower: Int? = nil, connectable: Bool = true, advertisingIntervalMs: Int = 1000,
                     advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
-                    advertisingCounter: Bool = false, sensor: Sensor? = nil, mtu: Int = 247, connectDelayMs: Int = 30,
-                    pairing: Pairing = Pairing(), uart: UART? = nil, services: [Service] = [], faults: Faults = Faults()) {
+                    advertisingCounter: Bool = false, addressRotationMs: Int? = nil, sensor: Sensor? = nil, mtu: Int = 247,
+                    connectDelayMs: Int = 30, pairing: Pairing = Pairing(), uart: UART? = nil, services: [Service] = [],
+                    faults: Faults = Faults()) {
             self.address = address
             self.addressType = addressType
             self.name = name
@@ -236,6 +241,7 @@ extension SimulatorConfiguration {
             self.manufacturerData = manufacturerData
             self.serviceData = serviceData
             self.advertisingCounter = advertisingCounter
+            self.addressRotationMs = addressRotationMs
             self.sensor = sensor
             self.mtu = mtu
             self.connectDelayMs = connectDelayMs
@@ -247,7 +253,8 @@ extension SimulatorConfiguration {
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
-            case uuids, manufacturerData, serviceData, advertisingCounter, sensor, mtu, connectDelayMs, pairing, uart, services, faults
+            case uuids, manufacturerData, serviceData, advertisingCounter, addressRotationMs, sensor, mtu, connectDelayMs, pairing
+            case uart, services, faults
         }
 
         public init(from decoder: any Decoder) throws {
@@ -268,6 +275,7 @@ extension SimulatorConfiguration {
             advertisingFlags = try c.decode(.advertisingFlags, default: d.advertisingFlags)
             uuids = try c.decode(.uuids, default: [])
             advertisingCounter = try c.decode(.advertisingCounter, default: false)
+            addressRotationMs = try c.decodeInt(.addressRotationMs, default: nil, in: 100...86_400_000)
             sensor = try c.decodeIfPresent(Sensor.self, forKey: .sensor)
             mtu = try c.decodeInt(.mtu, default: d.mtu, in: 23...517)!
             connectDelayMs = try c.decodeInt(.connectDelayMs, default: d.connectDelayMs, in: 0...600_000)!
@@ -309,6 +317,7 @@ extension SimulatorConfiguration {
                          forKey: .manufacturerData)
             try c.encode(Dictionary(uniqueKeysWithValues: serviceData.map { ($0.key.uuidString, $0.value) }), forKey: .serviceData)
             try c.encode(advertisingCounter, forKey: .advertisingCounter)
+            try c.encodeIfPresent(addressRotationMs, forKey: .addressRotationMs)
             try c.encodeIfPresent(sensor, forKey: .sensor)
             try c.encode(mtu, forKey: .mtu)
             try c.encode(connectDelayMs, forKey: .connectDelayMs)

@@ -73,7 +73,7 @@ let usage = """
             "rssiJitter": 3, "txPower": 0, "connectable": true, "advertisingIntervalMs": 1000,
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
             "advertisingCounter": false, "serviceData": {"181A": "00"}, "mtu": 247,
-            "connectDelayMs": 30,
+            "connectDelayMs": 30, "addressRotationMs": 900000,
             "pairing": { "io": "DisplayOnly", "passkey": 123456, "entersWrong": false },
             "sensor": { "format": "bthome", "intervalMs": 2000, "bindKey": "<32 hex digits>" },
             "uart": { "rx": "2A6E", "tx": "2A6E", "echo": true, "bufferBytes": 4096,
@@ -90,6 +90,9 @@ let usage = """
       generator: heartRate ([06 bpm], 1 s) | batteryDrain (1 byte, -1 per 5 s) | counter (LE, +1 per 1 s);
     notifyIntervalMs from 1 (benchmarks) to 3600000.
       A CCCD (2902) is added to notify/indicate characteristics; handles follow from 0x000a.
+      addressRotationMs (100 to 86400000; default none): a new random static address that
+        often, as phones and trackers change theirs: bluetoothd hears a new device, the old
+        address goes after TemporaryTimeout (each address a device of the simulator's own).
       sensor: advertises readings that change: format bthome | atc1441 | pvvx | mibeacon |
         ruuvi-rawv2 | eddystone-tlm (its service data or manufacturer data entry, which the
         device's own "serviceData"/"manufacturerData" must then not have); a new measurement

@@ -76,6 +76,9 @@ struct Options {
     var esphomeKey: EncryptionKey?
     /// Devices' UARTs as TCP ports (`--serial HOST:PORT=ADDRESS[,OPTION]...`, repeatable).
     var serialPorts: [SerialPort.Configuration] = []
+    /// Connection slots the ESPHome API's clients share (`--esphome-connections`).
+    var esphomeConnections = 3
+    var esphomeConnectionsGiven = false
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     static func isLoopback(_ host: String) -> Bool { TCPListener.isLoopback(host) }
@@ -103,7 +106,7 @@ struct Options {
                    [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--mqtt URL [--gateway-id ID] [--mqtt-prefix P] [--mqtt-expose FILE]
                     [--mqtt-expire-after SECONDS]]
-                   [--esphome-api [HOST:]PORT [--esphome-key BASE64]]
+                   [--esphome-api [HOST:]PORT [--esphome-key BASE64] [--esphome-connections N]]
                    [--serial HOST:PORT=ADDRESS[,OPTION]...]...
 
     Options:
@@ -245,14 +248,17 @@ struct Options {
       --esphome-api [HOST:]PORT
                            also serve the ESPHome native API, as a Bluetooth proxy for Home
                            Assistant (its usual port is 6053; default host 127.0.0.1; port 0
-                           picks a free port, printed at start). So far: hello, device info
-                           (the proxy's features, the adapter's address), ping, time; the
-                           Bluetooth requests are refused. See README.md
+                           picks a free port, printed at start): advertisements (the watch's,
+                           which it starts if none runs), connections, GATT, notifications,
+                           pairing, through the same core as the REST API. See README.md
       --esphome-key BASE64 the API's encryption key, as ESPHome's `api: encryption: key:`:
                            32 random bytes in base64 (head -c 32 /dev/urandom | base64).
                            Clients must then speak Noise with the same key; without it the API
                            is plaintext, and gattway refuses to serve it beyond loopback
                            unless --no-auth
+      --esphome-connections N
+                           devices the API's clients may have connected at once (default 3,
+                           as an ESPHome proxy; 1 to 16): the free slots Home Assistant sees
       --serial HOST:PORT=ADDRESS[,OPTION]...
                            serve the device's UART (HM-10, Nordic UART, Microchip transparent
                            UART, or a custom pair) as a raw TCP port, as ser2net serves a
@@ -279,7 +285,7 @@ struct Options {
       GATTWAY_AUTO_RECONNECT (1 or true), GATTWAY_STATE_DIR, GATTWAY_NO_AUTH (1 or true),
       GATTWAY_ALLOW_ORIGINS (comma-separated), GATTWAY_TLS_CERT, GATTWAY_TLS_KEY,
       GATTWAY_MQTT, GATTWAY_GATEWAY_ID, GATTWAY_MQTT_EXPOSE, GATTWAY_ESPHOME_API,
-      GATTWAY_ESPHOME_KEY
+      GATTWAY_ESPHOME_KEY, GATTWAY_ESPHOME_CONNECTIONS
                                 defaults for the options above; flags (and --config) win
       GATTWAY_TOKENS            tokens (TOKEN or ro:TOKEN, separated by commas or spaces), in
                                 addition to --tokens FILE
@@ -323,6 +329,9 @@ struct Options {
             if let file = environment("GATTWAY_MQTT_EXPOSE"), !file.isEmpty { options.mqttExposeFile = file }
             if let api = environment("GATTWAY_ESPHOME_API"), !api.isEmpty { try options.setESPHomeAPI(api) }
             if let key = environment("GATTWAY_ESPHOME_KEY"), !key.isEmpty { try options.setESPHomeKey(key, source: "GATTWAY_ESPHOME_KEY") }
+            if let slots = environment("GATTWAY_ESPHOME_CONNECTIONS"), !slots.isEmpty {
+                try options.setESPHomeConnections(slots, source: "GATTWAY_ESPHOME_CONNECTIONS")
+            }
             let (commandLine, configFile) = try Options.takeConfigFile(arguments)
             if let configFile { try options.apply(configFile: configFile, readFile: readFile) }
             var rest = commandLine[...]
@@ -340,6 +349,9 @@ struct Options {
             }
             if options.esphomeKey != nil && options.esphomePort == nil {
                 throw UsageError("--esphome-key is the key of the ESPHome API: give --esphome-api [HOST:]PORT too")
+            }
+            if options.esphomeConnectionsGiven && options.esphomePort == nil {
+                throw UsageError("--esphome-connections are the ESPHome API's: give --esphome-api [HOST:]PORT too")
             }
             if options.mqttExposeFile != nil && options.mqtt == nil {
                 throw UsageError("--mqtt-expose publishes to the broker of --mqtt: give --mqtt URL too")
@@ -529,6 +541,7 @@ struct Options {
             } catch {
                 throw UsageError(error.message)
             }
+        case "--esphome-connections": try setESPHomeConnections(try value(), source: "--esphome-connections")
         case "--mqtt-expire-after":
             guard let n = Int(try value()), (0...604_800).contains(n) else {
                 throw UsageError("--mqtt-expire-after takes whole seconds, from 0 (never) to 604800")
@@ -578,6 +591,14 @@ struct Options {
         }
         if let host { esphomeHost = host }
         esphomePort = port
+    }
+
+    private mutating func setESPHomeConnections(_ text: String, source: String) throws {
+        guard let n = Int(text), (1...16).contains(n) else {
+            throw UsageError("\(source) takes a number of connection slots from 1 to 16, not \"\(text)\"")
+        }
+        esphomeConnections = n
+        esphomeConnectionsGiven = true
     }
 
     private mutating func setESPHomeKey(_ text: String, source: String) throws {

@@ -151,10 +151,10 @@ func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
 func startESPHome(_ options: Options, port: UInt16, gateway: Gateway) async throws(APIServerError) -> ESPHomeProxy {
     let name = options.gatewayID ?? BridgeTopics.gatewayID(fromHostName: hostName())
     let configuration = APIServer.Configuration(host: options.esphomeHost, port: port, key: options.esphomeKey)
-    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion,
-                                       gateway: gateway, log: { log("esphome: \($0)") })
+    let proxy = try await ESPHomeProxy(configuration, name: name, version: gattwayVersion, gateway: gateway,
+                                       connections: options.esphomeConnections, log: { log("esphome: \($0)") })
     log("esphome: listening on \(urlHost(options.esphomeHost)):\(proxy.port) (ESPHome native API, "
-        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name)")
+        + (options.esphomeKey == nil ? "plaintext" : "Noise-encrypted") + "), node \(name), \(options.esphomeConnections) connection slots")
     return proxy
 }
 
@@ -321,6 +321,7 @@ func run(_ options: Options) async -> Int32 {
         esphome?.stop(); serial.stop(); server.stop(); central.close(); simulation?.stop()
         return 1
     }
+    let announcer = esphome.map { proxy in Task { await announce(proxy, options: options) } }
     Task {
         await gateway.restore()
         if options.watchAtStart { await gateway.watchAtStart() }
@@ -357,6 +358,7 @@ func run(_ options: Options) async -> Int32 {
     log("signal \(signal): shutting down")
     service.notify("STOPPING=1")
     watchdog?.stop()
+    await announcer?.value?.stop()
     esphome?.stop()
     serial.stop()
     if let mqtt {

@@ -60,6 +60,22 @@ private func isValue(_ id: BluetoothAddress, _ characteristic: String) -> EventL
         #expect(rig.events.count { if case .advertisement(let p) = $0 { p.id == eddystone } else { false } } == 1)
     }
 
+    /// The watch reports every advertisement BlueZ signals of its devices (a Bluetooth proxy's
+    /// clients want the steady stream), also of a device whose data never changes: BlueZ signals
+    /// its RSSI at each one, a discovery filter being set.
+    @Test func theWatchReportsEveryAdvertisement() async throws {
+        let rig = try await CentralRig.start()
+        defer { rig.close() }
+        let secure = BluetoothAddress("F0:00:00:00:00:03")!  // a name and a service UUID, no data
+        _ = try await rig.central.startWatch(WatchOptions(devices: [secure]))
+        let isSecure: EventLog.Match = { if case .advertisementChanged(let p) = $0 { p.id == secure } else { false } }
+        _ = try await rig.events.wait(what: "a first advertisement", isSecure)
+        for n in 2...3 {  // it advertises every second
+            _ = try await rig.events.wait(since: rig.events.all.count, timeout: .seconds(3), what: "advertisement \(n)", isSecure)
+        }
+        #expect(rig.events.count { if case .advertisementChanged(let p) = $0 { p.id != secure } else { false } } == 0)
+    }
+
     @Test func connectResolvesTheGATTTree() async throws {
         let rig = try await CentralRig.connected([CentralRig.hr])
         defer { rig.close() }

@@ -24,6 +24,19 @@ import Testing
         #expect(info?.advertisement.serviceUUIDs == [BluetoothUUID("180d")!])
         #expect(info?.advertisement.txPowerLevel == 4)
         #expect(info?.state == .disconnected)
+        #expect(info?.advertisement.flags == nil && info?.advertisement.otherStructures == [:], "absent unless bluetoothd is experimental")
+    }
+
+    /// bluetoothd --experimental exports the Flags byte and the AD structures it handles no other way.
+    @Test func experimentalFlagsAndAdvertisingData() {
+        let props: [String: Value] = [
+            "Address": .string("F0:00:00:00:00:04"),
+            "AdvertisingFlags": .bytes([0x06]),
+            "AdvertisingData": .dictionary(key: Signature("y")!, value: Signature("v")!, [.init(.byte(0x2A), .variant(.bytes([1, 2])))]),
+        ]
+        let info = DeviceProperties.peripheral(props, lastSeen: nil)
+        #expect(info?.advertisement.flags == 0x06)
+        #expect(info?.advertisement.otherStructures == [0x2A: [1, 2]])
     }
 
     @Test func rssi127MeansUnknown() {

@@ -184,6 +184,37 @@ import Testing
         #expect(try await sim.managedObjects()[ObjectPath(Sim.devicePath(Sim.serial))!] != nil)
     }
 
+    /// A device with addressRotationMs takes a new random address: bluetoothd hears a new
+    /// device (a random static address, AddressType random), and drops the old address once it
+    /// has not heard it for TemporaryTimeout.
+    @Test func aRotatingAddressIsANewDeviceAndTheOldOneTimesOut() async throws {
+        var configuration = SimulatorConfiguration(devices: [SimulatorConfiguration.Device(
+            address: BluetoothAddress("F1:00:00:00:00:01")!, name: "Phone", advertisingIntervalMs: 100, addressRotationMs: 600)])
+        configuration.adapter.temporaryTimeoutSec = 1
+        let sim = try await Sim.start(configuration)
+        defer { sim.close() }
+        let first = Sim.devicePath("F1:00:00:00:00:01")
+        let mark = sim.mark
+        _ = try await sim.call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        try await sim.signal(after: mark) { $0.adds(first) }
+        let added = try await sim.signal(after: mark, timeout: .seconds(3)) {
+            $0.member == "InterfacesAdded" && $0.body.first?.objectPath?.rawValue.hasPrefix("/org/bluez/hci0/dev_") == true
+                && $0.body.first?.objectPath?.rawValue != first
+        }
+        let second = try #require(added.body.first?.objectPath)
+        let device = try #require(added.body[1].dictionaryEntries?.first { $0.key.string == Interface.device }?.value)
+        let props = try #require(device.stringDictionary)
+        #expect(props["AddressType"]?.string == "random")
+        #expect(props["Name"]?.string == "Phone")
+        let address = try #require(props["Address"]?.string.flatMap { BluetoothAddress($0) })
+        #expect(address.bytes[0] & 0xC0 == 0xC0, "a random static address")
+        // The old address, no longer heard, goes after its TemporaryTimeout; meanwhile the
+        // device went on to more addresses, each a new device.
+        try await sim.signal(after: mark, timeout: .seconds(3)) { $0.removes(first) }
+        let addresses = Set(sim.signals(after: mark) { $0.member == "InterfacesAdded" }.compactMap { $0.body.first?.objectPath })
+        #expect(addresses.count >= 3 && addresses.contains(second))
+    }
+
     @Test func aDeviceThatKeepsAdvertisingIsNotRemovedDuringDiscovery() async throws {
         var configuration = SimulatorConfiguration.builtIn
         configuration.adapter.temporaryTimeoutSec = 1

@@ -5,36 +5,6 @@ import Threading
 private typealias Queues = SerialQueues<String>
 private typealias Refusal = Queues.Refusal
 
-/// Closed until `open`; then every `wait`, earlier or later, returns. The tests' only way to hold
-/// a body: nothing here waits on the clock.
-private final class Gate: Sendable {
-    private struct State {
-        var isOpen = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
-    private let state = Mutex(State())
-
-    func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.isOpen { return true }
-                s.waiters.append(continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            s.isOpen = true
-            defer { s.waiters = [] }
-            return s.waiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-}
-
 /// How many bodies run at once, and the most that ever did.
 private final class Concurrency: Sendable {
     private let counts = Mutex((now: 0, most: 0))

@@ -2,7 +2,7 @@
 hello, device info with the Bluetooth proxy's features and the adapter's address, the entity
 list, pings, time and disconnect, plaintext and over Noise; a wrong key fails the client's own
 way and the next client is served; a client that sends garbage is dropped and gattway serves on.
-The Bluetooth messages are the next increment's."""
+The Bluetooth messages are test_esphome_bluetooth.py's."""
 import asyncio
 import base64
 import re
@@ -11,28 +11,20 @@ import subprocess
 import time
 
 import pytest
-from aioesphomeapi import APIClient, BluetoothProxyFeature
+from aioesphomeapi import BluetoothProxyFeature
 from aioesphomeapi.api_pb2 import GetTimeRequest, GetTimeResponse
 from aioesphomeapi.core import (
-    BluetoothGATTAPIError,
     EncryptionPlaintextAPIError,
     InvalidEncryptionKeyAPIError,
     RequiresEncryptionAPIError,
 )
 
 from conftest import Gateway, binary, wait_for
+from esphome_client import connected, esphome_port
 
 KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(100, 132))).decode()
 NODE = "e2e-proxy"
-
-
-def esphome_port(gw):
-    for line in gw.log:
-        m = re.search(r"esphome: listening on 127\.0\.0\.1:(\d+) ", line)
-        if m:
-            return int(m.group(1))
-    pytest.fail("no esphome listening line:\n" + "\n".join(gw.log))
 
 
 def adapter_address(gw):
@@ -53,12 +45,6 @@ def keyed():
     gw = Gateway(["--simulate", "--gateway-id", NODE, "--esphome-api", "0", "--esphome-key", KEY])
     yield gw
     gw.stop()
-
-
-async def connected(port, key=None, **kw):
-    client = APIClient("127.0.0.1", port, None, noise_psk=key, client_info="gattway e2e", **kw)
-    await client.connect(login=False)
-    return client
 
 
 async def check_conversation(gw, key=None):
@@ -153,25 +139,6 @@ def test_garbage_is_dropped_and_gattway_serves_on(plain):
     asyncio.run(still_served())
     status, _, _ = plain.get("/v1/state")
     assert status == 200
-
-
-def test_bluetooth_requests_are_refused_at_once_for_now(plain):
-    """Until the Bluetooth increment: refusals, not silence (a client would wait its timeout)."""
-    async def attempt():
-        client = await connected(esphome_port(plain))
-        try:
-            started = time.monotonic()
-            with pytest.raises(BluetoothGATTAPIError) as refused:
-                await client.bluetooth_gatt_read(0xF00000000001, 0x15, timeout=10)
-            assert refused.value.error.error == 6 and refused.value.error.handle == 0x15
-            assert time.monotonic() - started < 2
-            slots = asyncio.get_running_loop().create_future()
-            client.subscribe_bluetooth_connections_free(lambda free, limit, allocated: slots.set_result((free, limit, allocated)))
-            assert await asyncio.wait_for(slots, 5) == (0, 0, [])
-        finally:
-            await client.disconnect()
-
-    asyncio.run(attempt())
 
 
 @pytest.mark.parametrize("args, says", [

@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Benchmark of the ESPHome-API Bluetooth proxy (issue 25): prints figures, decides nothing.
+
+Every phase starts a fresh `gattway-sim --config <generated JSON>` on its own private bus, then
+gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`; the helpers
+(this file run with a leading `_role`) take JSON commands on stdin and answer on stdout.
+
+  a. stream   500 devices advertising every 250 ms (2 000 advertisements a second), each with
+              manufacturer data 0xFFFF whose last byte counts its advertisements. A plain D-Bus
+              client (dbus-fast) on the simulator's bus sees every advertisement the simulator
+              signals (PropertiesChanged of Device1 with an RSSI) and notes its (address,
+              counter), and when it saw those of 25 sample devices; one aioesphomeapi client,
+              subscribed to raw advertisements, does the same with what the proxy sends. Over the
+              window: delivered = the (address, counter) pairs the client got / those the
+              simulator signalled; latency = the client's arrival minus the D-Bus client's, for
+              the samples (p50, p99: the proxy's batching, at most 16 a message or 100 ms, is in
+              it); gattway's CPU (utime + stime) per advertisement the client got.
+  b. bleak    the same stream to bleak's BleakScanner, alone on the bus (gattway stopped), with a
+              detection callback that only counts: its process's CPU per callback; the ratio
+              gattway / bleak.
+  c. churn    devices whose random address changes every 10 s (the simulator's
+              addressRotationMs; BlueZ drops an address 5 s after it was last heard): 500 at a
+              time, 10 000 distinct addresses over the run, to the same client; gattway's RSS
+              each 1 000 new addresses (its tables are bounded, so it should stay flat).
+  d. read     sequential reads of one characteristic: through the proxy (aioesphomeapi
+              bluetooth_gatt_read, connected) and through REST (GET .../value on one keep-alive
+              connection), alternating blocks; p50 and p99 of each and the ratio of the p50s.
+
+Usage: bench/run esphome [--quick] [--phases stream,bleak,churn,read] [--window S]
+Logs go to .build/bench/esphome-*; the figures also to .build/bench/esphome-results.txt.
+"""
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the rig's tools: simulator, processes, figures)
+from bench import GATTWAY, HOST, OUT, Helper, answer, commands, cpu_seconds, free_port, log, pct, rss_mb, start_sim, stop_process, wait_until  # noqa: E402,E501
+
+SAMPLES = 25
+COMPANY = 0xFFFF
+
+
+def stream_config(devices, interval_ms, rotation_ms=None, temporary_timeout=30):
+    """`devices` non-connectable advertisers F1:00:00:00:xx:yy (with a counter in their
+    manufacturer data), and one connectable device with a readable characteristic."""
+    config = {"adapter": {"temporaryTimeoutSec": temporary_timeout}, "devices": [
+        {"address": f"F1:00:00:00:{d // 256:02X}:{d % 256:02X}", "name": f"Adv {d}", "connectable": False,
+         "advertisingIntervalMs": interval_ms, "manufacturerData": {"0xFFFF": "00"}, "advertisingCounter": True,
+         **({"addressRotationMs": rotation_ms} if rotation_ms else {})}
+        for d in range(devices)]}
+    config["devices"].append({"address": "F2:00:00:00:00:01", "name": "Reader", "advertisingIntervalMs": 1000,
+                              "services": [{"uuid": "b000", "characteristics": [bench.READ_CHAR]}]})
+    return config
+
+
+def address_int(text):
+    return int(text.replace(":", ""), 16)
+
+
+class Rig:
+    """A simulator with `config`, gattway on its bus serving the API; `port` (REST), `api` (ESPHome)."""
+
+    def __init__(self, stack, name, config, gattway=True):
+        self.bus, self.sim_pid = start_sim(stack, config, f"esphome-{name}")
+        self.stack, self.name = stack, name
+        self.proc = None
+        if gattway:
+            self.start_gattway()
+
+    def start_gattway(self):
+        self.port, self.api = free_port(), free_port()
+        logf = self.stack.enter_context(open(os.path.join(OUT, f"esphome-{self.name}.log"), "w"))
+        self.proc = bench.subprocess.Popen(
+            # The bench's clients all come from loopback: REST's per-client rate limit is lifted.
+            [GATTWAY, "--listen", f"{HOST}:{self.port}", "--state-dir", "none", "--esphome-api", f"{HOST}:{self.api}",
+             "--watch", "--rate-limit", "0"], env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.bus), stdout=logf, stderr=logf,
+            stdin=bench.subprocess.DEVNULL)
+        self.stack.callback(stop_process, self.proc)
+        wait_until(lambda: bench.http_call(self.port, "GET", "/v1/state", timeout=2)[1].get("state") == "poweredOn", 30,
+                   "gattway to be poweredOn")
+
+    def stop_gattway(self):
+        stop_process(self.proc)
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases
+
+def phase_stream(window, devices=500, interval_ms=250):
+    with contextlib.ExitStack() as st:
+        config = stream_config(devices, interval_ms)
+        samples = [d["address"] for d in config["devices"][:devices:devices // SAMPLES]][:SAMPLES]
+        rig = Rig(st, "stream", config)
+        observer = Helper(st, "esphome-observer", "_observer", rig.bus, "--samples", ",".join(samples), script=__file__)
+        observer.get(30)
+        client = Helper(st, "esphome-client", "_client", "--port", str(rig.api), "--samples", ",".join(samples),
+                        script=__file__)
+        client.get(30)
+        time.sleep(5)  # every device heard, the batching settled
+        cpu0 = cpu_seconds(rig.proc.pid)
+        observer.ask(cmd="start")
+        client.ask(cmd="start")
+        time.sleep(window)
+        seen = observer.ask(cmd="stop", timeout=60)
+        cpu1 = cpu_seconds(rig.proc.pid)
+        time.sleep(0.5)  # the last batches of the window
+        got = client.ask(cmd="stop", timeout=60)
+        emitted = {tuple(p) for p in seen["pairs"]}
+        received = {tuple(p) for p in got["pairs"]}
+        delivered = len(emitted & received) / max(1, len(emitted))
+        latencies = [(got["times"][k] - t) * 1000 for k, t in seen["times"].items() if k in got["times"]]
+        forwarded = got["count_in_window"]
+        r = {"emitted": len(emitted), "emitted_per_s": len(emitted) / window, "delivered": delivered,
+             "received": len(received), "cpu_s": cpu1 - cpu0, "cpu_per_adv_us": (cpu1 - cpu0) / max(1, forwarded) * 1e6,
+             "latency_p50_ms": pct(latencies, 50), "latency_p99_ms": pct(latencies, 99), "latency_n": len(latencies),
+             "rss_mb": rss_mb(rig.proc.pid), "drops_logged": sum("dropped" in line for line in open(
+                 os.path.join(OUT, "esphome-stream.log"))), "sim_cpu_s": None}
+        log(f"  stream: {r['emitted_per_s']:.0f}/s signalled, delivered {delivered:.4f}, latency p50 "
+            f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms (n={len(latencies)}), gattway "
+            f"{r['cpu_per_adv_us']:.1f} µs CPU per advertisement")
+        # b, on the same simulator: bleak alone.
+        rig.stop_gattway()
+        client.ask(cmd="quit")
+        time.sleep(1)
+        scanner = Helper(st, "esphome-bleak", "_bleak", rig.bus, script=__file__, env={"DBUS_SYSTEM_BUS_ADDRESS": rig.bus})
+        pid = scanner.get(60)["pid"]
+        time.sleep(5)
+        c0 = cpu_seconds(pid)
+        scanner.ask(cmd="start")
+        time.sleep(window)
+        counted = scanner.ask(cmd="stop")["callbacks"]
+        c1 = cpu_seconds(pid)
+        r["bleak_callbacks"] = counted
+        r["bleak_cpu_per_adv_us"] = (c1 - c0) / max(1, counted) * 1e6
+        r["cpu_ratio"] = r["cpu_per_adv_us"] / r["bleak_cpu_per_adv_us"]
+        log(f"  bleak: {counted / window:.0f} callbacks/s, {r['bleak_cpu_per_adv_us']:.1f} µs CPU per callback; "
+            f"gattway / bleak = {r['cpu_ratio']:.2f}")
+        return r
+
+
+def phase_churn(addresses, devices=500, interval_ms=250, rotation_ms=10_000):
+    with contextlib.ExitStack() as st:
+        config = stream_config(devices, interval_ms, rotation_ms=rotation_ms, temporary_timeout=5)
+        rig = Rig(st, "churn", config)
+        client = Helper(st, "esphome-churn-client", "_client", "--port", str(rig.api), "--samples", "", script=__file__)
+        client.get(30)
+        client.ask(cmd="start")
+        points, step, deadline = [], 1000, time.monotonic() + 3 * addresses / devices * rotation_ms / 1000 + 120
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            distinct = client.ask(cmd="distinct")["distinct"]
+            if distinct >= (len(points)) * step:
+                points.append((distinct, rss_mb(rig.proc.pid)))
+                log(f"  churn: {distinct} distinct addresses, gattway RSS {points[-1][1]:.2f} MB")
+            if distinct >= addresses:
+                break
+        status, watch = bench.http_call(rig.port, "GET", "/v1/watch")
+        client.ask(cmd="quit")
+        return {"points": points, "watch_devices": watch.get("devices") if status == 200 else None}
+
+
+def phase_read(reads):
+    with contextlib.ExitStack() as st:
+        rig = Rig(st, "read", stream_config(0, 1000))
+        device = "F2:00:00:00:00:01"
+        wait_until(lambda: bench.http_call(rig.port, "GET", f"/v1/devices/{device}")[0] == 200, 20, "the reader to be heard")
+        reader = Helper(st, "esphome-reader", "_reader", "--port", str(rig.api), "--device", device, script=__file__)
+        reader.get(60)
+        path = f"/v1/devices/{device}/characteristics/{bench.READ_CHAR['uuid']}/value?format=hex"
+        c = bench.http.client.HTTPConnection(HOST, rig.port, timeout=10)
+        st.callback(c.close)
+        rest, proxy = [], []
+        for block in range(10):
+            for i in range(reads // 10 + (5 if block == 0 else 0)):
+                t = time.perf_counter_ns()
+                c.request("GET", path)
+                resp = c.getresponse()
+                resp.read()
+                assert resp.status == 200
+                if not (block == 0 and i < 5):
+                    rest.append((time.perf_counter_ns() - t) / 1e6)
+            proxy += reader.ask(cmd="read", n=reads // 10, timeout=120)["times"]
+        r = {"rest_p50_ms": pct(rest, 50), "rest_p99_ms": pct(rest, 99), "proxy_p50_ms": pct(proxy, 50),
+             "proxy_p99_ms": pct(proxy, 99), "n": len(proxy)}
+        r["ratio"] = r["proxy_p50_ms"] / r["rest_p50_ms"]
+        log(f"  read: proxy p50 {r['proxy_p50_ms']:.3f} ms p99 {r['proxy_p99_ms']:.3f}; REST p50 {r['rest_p50_ms']:.3f} ms "
+            f"p99 {r['rest_p99_ms']:.3f}; ratio {r['ratio']:.2f}")
+        return r
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers (this file run with a leading _role)
+
+def counter_of(manufacturer):
+    return manufacturer[-1] if manufacturer else None
+
+
+async def role_observer(args):
+    """The D-Bus floor: every advertisement the simulator signals, (address, counter)."""
+    from dbus_fast import Message, MessageType
+    from dbus_fast.aio import MessageBus
+    bus = await MessageBus(bus_address=args.bus).connect()
+    samples = {"/org/bluez/hci0/dev_" + a.replace(":", "_"): address_int(a) for a in args.samples.split(",") if a}
+    state = {"on": False, "pairs": [], "times": {}}
+
+    def on_message(msg):
+        if not state["on"] or msg.message_type != MessageType.SIGNAL or msg.member != "PropertiesChanged":
+            return
+        now = time.monotonic()
+        changed = msg.body[1]
+        if "RSSI" not in changed or "ManufacturerData" not in changed:
+            return
+        path = msg.path
+        address = int(path.rsplit("dev_", 1)[1].replace("_", ""), 16)
+        counter = counter_of(changed["ManufacturerData"].value.get(COMPANY).value)
+        state["pairs"].append((address, counter))
+        if path in samples:
+            state["times"][f"{address}:{counter}"] = now
+    bus.add_message_handler(on_message)
+    await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus", interface="org.freedesktop.DBus",
+                           member="AddMatch", signature="s",
+                           body=["type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
+                                 "arg0='org.bluez.Device1'"]))
+    answer(ready=True)
+    async for cmd in commands():
+        if cmd["cmd"] == "start":
+            state.update(on=True, pairs=[], times={})
+            answer(ok=True)
+        elif cmd["cmd"] == "stop":
+            state["on"] = False
+            answer(pairs=state["pairs"], times=state["times"])
+
+
+def ad_counter(data):
+    i = 0
+    while i + 1 < len(data):
+        length = data[i]
+        if length == 0:
+            break
+        if data[i + 1] == 0xFF and length >= 3 and int.from_bytes(data[i + 2:i + 4], "little") == COMPANY:
+            return data[i + length]
+        i += length + 1
+    return None
+
+
+async def role_client(args):
+    """One aioesphomeapi client subscribed to raw advertisements, as Home Assistant's scanner."""
+    from aioesphomeapi import APIClient
+    client = APIClient(HOST, args.port, None, client_info="bench")
+    await client.connect(login=False)
+    samples = {address_int(a) for a in args.samples.split(",") if a}
+    state = {"on": False, "pairs": [], "times": {}, "count": 0, "distinct": set()}
+
+    def on_raw(message):
+        now = time.monotonic()
+        advertisements = message.advertisements
+        for i in range(len(advertisements)):
+            a = advertisements[i]
+            state["distinct"].add(a.address)
+            if not state["on"]:
+                continue
+            state["count"] += 1
+            counter = ad_counter(a.data)
+            if counter is None:
+                continue
+            state["pairs"].append((a.address, counter))
+            if a.address in samples:
+                state["times"].setdefault(f"{a.address}:{counter}", now)
+    client.subscribe_bluetooth_le_raw_advertisements(on_raw)
+    answer(ready=True)
+    async for cmd in commands():
+        if cmd["cmd"] == "start":
+            state.update(on=True, pairs=[], times={}, count=0)
+            answer(ok=True)
+        elif cmd["cmd"] == "stop":
+            state["on"] = False
+            answer(pairs=state["pairs"], times=state["times"], count_in_window=state["count"])
+        elif cmd["cmd"] == "distinct":
+            answer(distinct=len(state["distinct"]))
+        elif cmd["cmd"] == "quit":
+            await client.disconnect()
+            answer(ok=True)
+            return
+
+
+async def role_bleak(args):
+    """bleak's BleakScanner on the same bus, a detection callback that only counts."""
+    from bleak import BleakScanner
+    state = {"n": 0}
+
+    def detected(device, advertisement):
+        state["n"] += 1
+    scanner = BleakScanner(detection_callback=detected)
+    await scanner.start()
+    answer(pid=os.getpid())
+    async for cmd in commands():
+        if cmd["cmd"] == "start":
+            state["n"] = 0
+            answer(ok=True)
+        elif cmd["cmd"] == "stop":
+            answer(callbacks=state["n"])
+    await scanner.stop()
+
+
+async def role_reader(args):
+    """Connected through the proxy; sequential GATT reads of the bench's read characteristic."""
+    from aioesphomeapi import APIClient, BluetoothProxyFeature
+    client = APIClient(HOST, args.port, None, client_info="bench reader")
+    await client.connect(login=False)
+    address = address_int(args.device)
+    states = []
+    await client.bluetooth_device_connect(address, lambda c, m, e: states.append((c, e)), timeout=30, address_type=0,
+                                          feature_flags=BluetoothProxyFeature.REMOTE_CACHING)
+    assert states and states[-1][0], states
+    services = await client.bluetooth_gatt_get_services(address)
+    handle = next(c.handle for s in services.services for c in s.characteristics if c.uuid[4:8] == bench.READ_CHAR["uuid"])
+    for _ in range(5):
+        await client.bluetooth_gatt_read(address, handle)
+    answer(ready=True)
+    async for cmd in commands():
+        if cmd["cmd"] == "read":
+            times = []
+            for _ in range(cmd["n"]):
+                t = time.perf_counter_ns()
+                await client.bluetooth_gatt_read(address, handle)
+                times.append((time.perf_counter_ns() - t) / 1e6)
+            answer(times=times)
+
+
+def helper_main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("role")
+    p.add_argument("bus", nargs="?")
+    p.add_argument("--port", type=int)
+    p.add_argument("--samples", default="")
+    p.add_argument("--device")
+    args = p.parse_args(argv)
+    roles = {"_observer": role_observer, "_client": role_client, "_bleak": role_bleak, "_reader": role_reader}
+    with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
+        asyncio.run(roles[args.role](args))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description="the ESPHome-API proxy's figures; see the docstring of bench/esphome.py")
+    ap.add_argument("--quick", action="store_true", help="short phases: a smoke run")
+    ap.add_argument("--phases", default="stream,churn,read")
+    ap.add_argument("--window", type=float, help="seconds measured in the stream phases (default 30, 8 with --quick)")
+    ap.add_argument("--addresses", type=int, help="distinct addresses in the churn phase (default 10 000)")
+    a = ap.parse_args()
+    window = a.window or (8 if a.quick else 30)
+    os.makedirs(OUT, exist_ok=True)
+    for name in os.listdir(OUT):
+        if name.startswith("esphome-"):
+            os.remove(os.path.join(OUT, name))
+    phases = a.phases.split(",")
+    res = {}
+    if "stream" in phases:
+        log("esphome: a+b. 2 000 advertisements a second: to one API client, then to bleak's BleakScanner")
+        res["stream"] = phase_stream(window)
+    if "churn" in phases:
+        addresses = a.addresses or (2000 if a.quick else 10_000)
+        log(f"esphome: c. {addresses} distinct random addresses over time")
+        res["churn"] = phase_churn(addresses)
+    if "read" in phases:
+        log("esphome: d. GATT reads through the proxy and through REST")
+        res["read"] = phase_read(200 if a.quick else 1000)
+    lines = report(res)
+    with open(os.path.join(OUT, "esphome-results.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def report(res):
+    lines = ["", "| figure | measured |", "|---|---|"]
+    s, c, r = res.get("stream"), res.get("churn"), res.get("read")
+    if s:
+        lines += [
+            f"| advertisements signalled by the simulator | {s['emitted_per_s']:.0f} per s |",
+            f"| delivered to one API client | {s['delivered']:.4f} |",
+            f"| latency, simulator's signal → client's callback, p50 / p99 | {s['latency_p50_ms']:.2f} / {s['latency_p99_ms']:.2f} ms |",
+            f"| gattway CPU per forwarded advertisement | {s['cpu_per_adv_us']:.1f} µs |",
+            f"| bleak's BleakScanner CPU per callback | {s['bleak_cpu_per_adv_us']:.1f} µs |",
+            f"| CPU ratio gattway / bleak | {s['cpu_ratio']:.2f} |",
+            f"| gattway RSS while streaming | {s['rss_mb']:.2f} MB |",
+        ]
+    if c and c["points"]:
+        rss = [p[1] for p in c["points"]]
+        lines.append(f"| RSS at {', '.join(str(p[0]) for p in c['points'])} distinct addresses | "
+                     f"{', '.join(f'{x:.2f}' for x in rss)} MB (max − min after the first 1 000: "
+                     f"{max(rss[1:] or rss) - min(rss[1:] or rss):.2f} MB) |")
+    if r:
+        lines.append(f"| GATT read p50 / p99: proxy; REST; ratio of p50s | {r['proxy_p50_ms']:.3f} / {r['proxy_p99_ms']:.3f} ms; "
+                     f"{r['rest_p50_ms']:.3f} / {r['rest_p99_ms']:.3f} ms; {r['ratio']:.2f} |")
+    summary = ["esphome:"]
+    if s:
+        summary += [f"delivered={s['delivered']:.4f}", f"latency_p50_ms={s['latency_p50_ms']:.2f}",
+                    f"cpu_us_per_adv={s['cpu_per_adv_us']:.1f}", f"bleak_cpu_us_per_adv={s['bleak_cpu_per_adv_us']:.1f}",
+                    f"cpu_ratio={s['cpu_ratio']:.2f}"]
+    if c and c["points"]:
+        rss = [p[1] for p in c["points"]]
+        summary += [f"churn_addresses={c['points'][-1][0]}", f"rss_first_mb={rss[0]:.2f}", f"rss_last_mb={rss[-1]:.2f}",
+                    f"rss_max_mb={max(rss):.2f}"]
+    if r:
+        summary += [f"read_ratio={r['ratio']:.2f}"]
+    lines += ["", " ".join(summary)]
+    for line in lines:
+        log(line)
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1].startswith("_"):
+        helper_main(sys.argv[1:])
+    else:
+        main()
