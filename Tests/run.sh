@@ -141,6 +141,7 @@ if [ -x "$shared/realbluez/start" ]; then
         log=.build/realbluez-pytest.log rc=0
         GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
             $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_serial_realbluez.py \
+            Tests/e2e/test_esphome_realbluez.py \
             Tests/e2e/test_reliability_realbluez.py \
             > "$log" 2>&1 || rc=$?
         grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error' "$log" || true

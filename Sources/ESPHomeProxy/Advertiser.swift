@@ -130,7 +130,7 @@ final class Advertiser: Sendable {
             var start = taken.startIndex
             while start < taken.endIndex {
                 let end = min(start + Self.batchSize, taken.endIndex)
-                let batch = taken[start..<end].compactMap { RawAdvertisement.message($0.info) }
+                let batch = taken[start..<end].map { RawAdvertisement.message($0.info) }
                 if !batch.isEmpty { send(BluetoothLERawAdvertisementsResponse(advertisements: batch)) }
                 start = end
             }

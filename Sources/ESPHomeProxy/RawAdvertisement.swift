@@ -23,10 +23,14 @@ enum RawAdvertisement {
                                         serviceData128, manufacturerData]
     }
 
-    /// The API's message for one report of `info`; nil without an RSSI (not a received advertisement).
-    static func message(_ info: PeripheralInfo) -> BluetoothLERawAdvertisement? {
-        guard let rssi = info.rssi else { return nil }
-        return BluetoothLERawAdvertisement(address: address(info.id), rssi: Int32(rssi),
+    /// What goes for the RSSI when the controller measured none (HCI's 127, which BlueZ passes
+    /// on and gattway reads as no RSSI; the real-BlueZ lab's emulated controllers report only
+    /// that): Home Assistant's own "no RSSI" value, the weakest signal, never a strong one.
+    static let noRSSI: Int32 = -127
+
+    /// The API's message for one report of `info`, an advertisement heard.
+    static func message(_ info: PeripheralInfo) -> BluetoothLERawAdvertisement {
+        BluetoothLERawAdvertisement(address: address(info.id), rssi: info.rssi.map { Int32($0) } ?? noRSSI,
                                            addressType: addressType(info.addressType), data: data(info))
     }
 
