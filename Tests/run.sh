@@ -4,9 +4,9 @@
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
-#      pairing through the API (passkey entry); then, on the same VM, a device kept connected with
-#      two holds through 10 bluetoothd restarts
-#      and 10 link losses (alone: the VM boots best on a quiet machine);
+#      pairing through the API (passkey entry), pyserial through the serial ports, aioesphomeapi
+#      through the ESPHome proxy; then, on the same VM, a device kept connected with two holds
+#      through 10 bluetoothd restarts and 10 link losses (alone: the VM boots best on a quiet machine);
 #   then three jobs side by side, each with its own log, printed when all have ended:
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
 #      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
