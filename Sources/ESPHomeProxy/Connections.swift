@@ -278,6 +278,17 @@ final class Connections: Sendable {
         for key in keys { lanes.submit(key) { await self.release(key, .clientGone) } }
     }
 
+    /// At shutdown: every slot let go as if its client went (a link ended unless gattway keeps
+    /// it), the devices side by side, each device's slots one after the other.
+    func releaseAll() async {
+        let keys = state.withLock { Array($0.slots.keys) }
+        await withTaskGroup(of: Void.self) { group in
+            for (_, slots) in Dictionary(grouping: keys, by: \.device) {
+                group.addTask { for key in slots { await self.release(key, .clientGone) } }
+            }
+        }
+    }
+
     /// Frees the slot: its holds let go, the link ended unless someone else has it, its client told.
     private func release(_ key: Key, _ ending: Ending) async {
         let address = RawAdvertisement.address(key.device)

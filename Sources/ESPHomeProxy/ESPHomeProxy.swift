@@ -52,10 +52,12 @@ public final class ESPHomeProxy: Sendable {
         door.adapterChanged.set { _ in handler() }
     }
 
-    /// Tells each client that gattway is going, then closes.
-    public func stop() {
+    /// Tells each client that gattway is going, then closes; the devices its clients had
+    /// connected are disconnected, as when a client goes (those gattway keeps stay).
+    public func stop() async {
         server.stop()
         door.stop()
+        await door.connections.releaseAll()
     }
 }
 

@@ -95,6 +95,29 @@ package final class AutoConnections: Sendable {
         }
     }
 
+    /// At shutdown: the devices gattway connected on its own (`connect=auto`, serial ports) are
+    /// disconnected now, as their idle timers would have done; no one would after gattway.
+    /// Answers how many there were.
+    package func disconnectOwned() async -> Int {
+        let ids = state.withLock { s -> [BluetoothAddress] in
+            let ids = Array(s.owned.keys)
+            for id in ids { s.owned.removeValue(forKey: id)?.timer?.cancel() }
+            return ids
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for id in ids {
+                group.addTask {
+                    do {
+                        _ = try await self.central.disconnect(id)
+                    } catch {
+                        self.log("\(id): disconnect at shutdown failed: \(error)")
+                    }
+                }
+            }
+        }
+        return ids.count
+    }
+
     /// The link went down: whoever had it, nobody has it now (a kept device the central
     /// reconnects is still never taken).
     package func linkDown(_ id: BluetoothAddress) { release(id, claim: false) }

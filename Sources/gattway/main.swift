@@ -318,7 +318,7 @@ func run(_ options: Options) async -> Int32 {
         try serial.open(options.serialPorts)
     } catch {
         log("gattway: --serial: \(error.message)", .error)
-        esphome?.stop(); serial.stop(); server.stop(); central.close(); simulation?.stop()
+        await esphome?.stop(); serial.stop(); server.stop(); central.close(); simulation?.stop()
         return 1
     }
     let announcer = esphome.map { proxy in Task { await announce(proxy, options: options) } }
@@ -359,7 +359,7 @@ func run(_ options: Options) async -> Int32 {
     service.notify("STOPPING=1")
     watchdog?.stop()
     await announcer?.value?.stop()
-    esphome?.stop()
+    await esphome?.stop()
     serial.stop()
     if let mqtt {
         // Offline by choice: said before leaving, so the last will is not needed.
@@ -368,6 +368,9 @@ func run(_ options: Options) async -> Int32 {
         mqtt.client.stop(after: (mqtt.bridge.topics.availability, BridgeTopics.offline, true))
     }
     server.stop()
+    // What gattway connected on its own would be disconnected when idle: by no one, after this.
+    let owned = await gateway.autoConnections.disconnectOwned()
+    if owned > 0 { log("disconnected \(owned) device(s) connected for connect=auto or a serial port") }
     _ = try? await central.stopScan()
     _ = try? await central.stopWatch()
     central.close()

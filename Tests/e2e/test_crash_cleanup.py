@@ -1,14 +1,17 @@
 """Issue 28: however `gattway --simulate` or `gattway-sim` stops, even by SIGKILL, the private
 dbus-daemon it started does not outlive it (the kernel kills it with its parent), and the bus
-directory, which a killed process cannot remove, is gone at the next start."""
+directory, which a killed process cannot remove, is gone at the next start. And a gattway that
+stops leaves no link it made on its own (a serial port's, the ESPHome proxy's) with bluetoothd."""
+import asyncio
 import os
 import signal
 import subprocess
 import time
 
 import pytest
+import serial
 
-from conftest import Gateway, binary
+from conftest import Gateway, binary, wait_for
 
 
 def stat(pid):
@@ -63,7 +66,8 @@ class Sim:
         self.proc = subprocess.Popen([binary("gattway-sim")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         first = self.proc.stdout.readline()
         assert first.startswith("DBUS_SYSTEM_BUS_ADDRESS="), f"gattway-sim did not start: {first!r}"
-        self.directory = directory_of(first.strip().split("=", 1)[1])
+        self.address = first.strip().split("=", 1)[1]
+        self.directory = directory_of(self.address)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -119,3 +123,54 @@ def test_a_running_buss_directory_is_not_removed_by_another_start():
         assert one.get("/v1/state")[1]["state"] == "poweredOn"
     finally:
         one.stop()
+
+
+def connected_in_bluez(bus, address):
+    """Whether org.bluez (here gattway-sim) says the device is connected."""
+    path = "/org/bluez/hci0/dev_" + address.replace(":", "_")
+    out = subprocess.run(["dbus-send", "--bus=" + bus, "--print-reply", "--dest=org.bluez", path,
+                          "org.freedesktop.DBus.Properties.Get", "string:org.bluez.Device1", "string:Connected"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return "boolean true" in out.stdout
+
+
+def test_a_stopped_gattway_leaves_no_link_it_made_on_its_own():
+    """A serial port's device (connected for the port, disconnected when idle) and a device the
+    ESPHome proxy's client connected are disconnected when gattway stops; a device a REST client
+    connected is the client's and stays, as bluetoothd keeps it."""
+    from esphome_client import esphome_port
+    from test_esphome_bluetooth import Link, client_of
+
+    hr, secure, hm10 = "F0:00:00:00:00:01", "F0:00:00:00:00:03", "F0:00:00:00:00:11"
+    sim = Sim()
+    try:
+        gw = Gateway(["--serial", f"127.0.0.1:0={hm10}", "--esphome-api", "127.0.0.1:0"],
+                     env={"DBUS_SYSTEM_BUS_ADDRESS": sim.address})
+        gw.key = None
+        try:
+            gw.discover(hr, secure, hm10)
+            port = gw.get("/v1/serial-ports")[1]["ports"][0]["port"]
+            with serial.serial_for_url(f"socket://127.0.0.1:{port}", timeout=15) as s:
+                s.write(b"hello\n")
+                assert s.readline() == b"hello\n"
+            assert wait_for(lambda: gw.get(f"/v1/serial-ports/{port}")[1].get("link") is None, 5)
+            assert gw.post(f"/v1/devices/{secure}/connect", {"timeout": 10})[0] == 200
+
+            async def through_the_proxy():
+                api = await client_of(gw)
+                link = Link(api, hr)
+                assert (await link.connect())[0] is True
+                # Its client still there: gattway stops under it.
+                assert connected_in_bluez(sim.address, hr) and connected_in_bluez(sim.address, hm10)
+                assert gw.stop() == 0
+
+            asyncio.run(asyncio.wait_for(through_the_proxy(), 60))
+        finally:
+            gw.stop()
+        assert not connected_in_bluez(sim.address, hm10), "the serial port's device is still connected"
+        assert not connected_in_bluez(sim.address, hr), "the proxy's device is still connected"
+        assert connected_in_bluez(sim.address, secure), "the REST client's device was disconnected"
+        assert any("disconnected 1 device(s) connected for connect=auto or a serial port" in line for line in gw.log), gw.log[-10:]
+    finally:
+        sim.stop()
