@@ -180,9 +180,15 @@ final class ObjectTree: Sendable {
         case "PropertiesChanged":
             guard let path = signal.path, signal.body.count >= 2, let interface = signal.body[0].string,
                   objects[path]?[interface] != nil else { return nil }
-            let changed = (signal.body[1].stringDictionary ?? [:]).mapValues(\.unwrapped)
+            // One pass: the changes, unwrapped, into `changed` and into the mirror in place.
+            var changed: [String: Value] = [:]
+            for entry in signal.body[1].dictionaryEntries ?? [] {
+                guard let name = entry.key.string else { continue }
+                let value = entry.value.unwrapped
+                changed[name] = value
+                objects[path]?[interface]?[name] = value
+            }
             let invalidated = signal.body.count > 2 ? (signal.body[2].strings ?? []) : []
-            objects[path]?[interface]?.merge(changed) { _, new in new }
             for name in invalidated { objects[path]?[interface]?[name] = nil }
             return .properties(path, interface: interface, changed: changed, invalidated: invalidated)
         default:
