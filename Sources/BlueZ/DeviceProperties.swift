@@ -16,19 +16,29 @@ enum DeviceProperties {
         return alias
     }
 
-    static func advertisement(_ props: [String: Value]) -> AdvertisementData {
+    static func manufacturerData(_ props: [String: Value]) -> [UInt16: [UInt8]] {
         var manufacturer: [UInt16: [UInt8]] = [:]
         for entry in props["ManufacturerData"]?.dictionaryEntries ?? [] {
             if let id = entry.key.integer, let company = UInt16(exactly: id), let bytes = entry.value.bytes {
                 manufacturer[company] = bytes
             }
         }
+        return manufacturer
+    }
+
+    static func serviceData(_ props: [String: Value]) -> [BluetoothUUID: [UInt8]] {
         var serviceData: [BluetoothUUID: [UInt8]] = [:]
         for entry in props["ServiceData"]?.dictionaryEntries ?? [] {
             if let uuid = entry.key.string.flatMap({ BluetoothUUID($0) }), let bytes = entry.value.bytes {
                 serviceData[uuid] = bytes
             }
         }
+        return serviceData
+    }
+
+    static func advertisement(_ props: [String: Value]) -> AdvertisementData {
+        let manufacturer = manufacturerData(props)
+        let serviceData = serviceData(props)
         // Both experimental in 5.66 (bluetoothd --experimental): usually absent.
         var other: [UInt8: [UInt8]] = [:]
         for entry in props["AdvertisingData"]?.dictionaryEntries ?? [] {
@@ -50,6 +60,26 @@ enum DeviceProperties {
     static func rssi(_ props: [String: Value]) -> Int? {
         guard let rssi = props["RSSI"]?.integer, rssi != 127, rssi != 0 else { return nil }
         return rssi
+    }
+
+    /// The Device1 properties an advertisement changes by itself: `updated` reads just these.
+    static let advertised: Set<String> = ["RSSI", "ManufacturerData", "ServiceData", "TxPower"]
+
+    /// `info` (what `peripheral` made of earlier properties) after a change of `changed`, all
+    /// of them `advertised`: the same as `peripheral(props)`, without reading the rest again.
+    static func updated(_ info: PeripheralInfo, _ props: [String: Value], changed: some Collection<String>, lastSeen: Date?) -> PeripheralInfo {
+        var info = info
+        info.lastSeen = lastSeen
+        for name in changed {
+            switch name {
+            case "RSSI": info.rssi = rssi(props)
+            case "ManufacturerData": info.advertisement.manufacturerData = manufacturerData(props)
+            case "ServiceData": info.advertisement.serviceData = serviceData(props)
+            case "TxPower": info.advertisement.txPowerLevel = props["TxPower"]?.integer
+            default: break
+            }
+        }
+        return info
     }
 
     static func peripheral(_ props: [String: Value], lastSeen: Date?) -> PeripheralInfo? {

@@ -164,6 +164,22 @@ final class ObjectTree: Sendable {
         }
     }
 
+    /// A PropertiesChanged's changes (variants unwrapped) and invalidations merged into an
+    /// interface's properties, in one pass; what changed, or nil when the object lacks the interface.
+    private static func merge(_ entries: [Value.DictionaryEntry], _ invalidated: [String],
+                              into props: inout [String: Value]?) -> [String: Value]? {
+        guard props != nil else { return nil }
+        var changed: [String: Value] = Dictionary(minimumCapacity: entries.count)
+        for entry in entries {
+            guard let name = entry.key.string else { continue }
+            let value = entry.value.unwrapped
+            changed[name] = value
+            props![name] = value
+        }
+        for name in invalidated { props![name] = nil }
+        return changed
+    }
+
     private static func apply(_ signal: Message, to objects: inout [ObjectPath: Interfaces]) -> Change? {
         switch signal.member {
         case "InterfacesAdded":
@@ -179,11 +195,11 @@ final class ObjectTree: Sendable {
             return .removed(path, names)
         case "PropertiesChanged":
             guard let path = signal.path, signal.body.count >= 2, let interface = signal.body[0].string,
-                  objects[path]?[interface] != nil else { return nil }
-            let changed = (signal.body[1].stringDictionary ?? [:]).mapValues(\.unwrapped)
+                  let object = objects.index(forKey: path) else { return nil }
             let invalidated = signal.body.count > 2 ? (signal.body[2].strings ?? []) : []
-            objects[path]?[interface]?.merge(changed) { _, new in new }
-            for name in invalidated { objects[path]?[interface]?[name] = nil }
+            // The object's properties changed in place: the path is looked up (and hashed) once.
+            guard let changed = merge(signal.body[1].dictionaryEntries ?? [], invalidated, into: &objects.values[object][interface])
+            else { return nil }
             return .properties(path, interface: interface, changed: changed, invalidated: invalidated)
         default:
             return nil

@@ -28,6 +28,10 @@ final class Scanner: Sendable {
     private let calls = SerialQueues<Int>(maxWaiting: 64, maxWait: .seconds(60))
     /// Bumped by every change that can change `peripherals()`.
     private let listVersion = Atomic<UInt64>(0)
+    /// What `observe` last made of each device BlueZ has (path → snapshot): an advertisement
+    /// changes a few properties, and only those are read again. Entries go with their objects
+    /// (InterfacesRemoved) and all at a reload, so it holds no more than the mirror does.
+    private let snapshots = Mutex<[ObjectPath: PeripheralInfo]>([:])
     /// Restarts of a discovery that ended by itself, and the one scheduled.
     private let restarts = Mutex<(count: Int, failures: Int, timer: Task<Void, Never>?)>((0, 0, nil))
 
@@ -405,6 +409,13 @@ final class Scanner: Sendable {
     /// its results if it matches; a powered-off adapter ends the scan.
     func observe(_ change: ObjectTree.Change) {
         switch change {
+        case .reloaded: snapshots.withLock { $0.removeAll() }
+        case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: snapshots.withLock { $0.removeAll() }
+        case .removed(_, let names) where names.contains(BlueZ.adapterInterface): snapshots.withLock { $0.removeAll() }
+        case .removed(let p, _): snapshots.withLock { $0[p] = nil }
+        default: break
+        }
+        switch change {
         case .properties(_, let interface, let changed, let invalidated):
             let onlyAValue = interface == BlueZ.gattCharacteristicInterface && invalidated.isEmpty
                 && changed.keys.allSatisfy { $0 == "Value" }
@@ -437,9 +448,13 @@ final class Scanner: Sendable {
         default: return
         }
         guard let adapter = index.adapterPath(), path.parent == adapter,
-              let props = tree.properties(at: path, BlueZ.deviceInterface),
-              let address = DeviceProperties.address(props) else { return }
+              let props = tree.properties(at: path, BlueZ.deviceInterface) else {
+            snapshots.withLock { $0[path] = nil }
+            return
+        }
         let now = Date()
+        guard let snapshot = snapshot(path, props, change, at: now) else { return }
+        let address = snapshot.id
         // Without DuplicateData, BlueZ signals ServiceData and ManufacturerData when they change,
         // each change once: every one is passed on, so that sensor payloads are all decoded.
         // With a discovery filter set (the watch always sets one) it signals RSSI at every
@@ -455,7 +470,6 @@ final class Scanner: Sendable {
         default:
             break
         }
-        let snapshot = DeviceProperties.peripheral(props, lastSeen: now)
         let (report, watched) = scan.withLock { s -> (Report?, Bool) in
             guard s.discovering else { return (nil, false) }
             // Parsed only for a device the scan or the watch does not follow yet, once.
@@ -484,11 +498,27 @@ final class Scanner: Sendable {
             return (nil, watched)
         }
         listChanged()  // `seen` moved on
-        guard let info = snapshot else { return }
+        let info = snapshot
         switch report {
         case .discovered: events(.advertisement(info))
         case .dataChanged: events(.advertisementChanged(info))
         case nil: if watched { events(.advertisementChanged(info)) }
+        }
+    }
+
+    /// The device at `path` as `props` now say, seen `now`: from its last snapshot when only
+    /// advertised properties changed, else read whole; nil without an address.
+    private func snapshot(_ path: ObjectPath, _ props: [String: Value], _ change: ObjectTree.Change, at now: Date) -> PeripheralInfo? {
+        snapshots.withLock { s -> PeripheralInfo? in
+            if case .properties(_, _, let changed, let invalidated) = change, invalidated.isEmpty,
+               changed.keys.allSatisfy(DeviceProperties.advertised.contains), let last = s[path] {
+                let info = DeviceProperties.updated(last, props, changed: changed.keys, lastSeen: now)
+                s[path] = info
+                return info
+            }
+            let info = DeviceProperties.peripheral(props, lastSeen: now)
+            s[path] = info
+            return info
         }
     }
 

@@ -369,8 +369,9 @@ private final class Core: @unchecked Sendable {
                 return DBUS_HANDLER_RESULT_HANDLED
             }
             let message = Marshal.parse(raw)
-            let handlers = subscriptions.withLock { s in s.items.values.filter { $0.0.matches(message) }.map(\.1) }
-            for handler in handlers { handler(message) }
+            // The table itself (a reference), not a filtered copy: no array per signal.
+            let items = subscriptions.withLock { $0.items }
+            for (rule, handler) in items.values where rule.matches(message) { handler(message) }
             // File descriptors a signal carried were duplicated for us; no signal handler keeps one.
             message.body.forEach(Value.closeDescriptors)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED

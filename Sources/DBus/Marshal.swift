@@ -49,7 +49,7 @@ enum Marshal {
             } while dbus_message_iter_next(&iter) != 0
         }
         var m = Message(kind: kind,
-                        path: dbus_message_get_path(raw).map { ObjectPath(trusted: String(cString: $0)) },
+                        path: dbus_message_get_path(raw).map { ObjectPath(valid: String(cString: $0)) },
                         interface: dbus_message_get_interface(raw).map { String(cString: $0) },
                         member: dbus_message_get_member(raw).map { String(cString: $0) },
                         errorName: dbus_message_get_error_name(raw).map { String(cString: $0) },
@@ -225,7 +225,7 @@ enum Marshal {
         case Int32(GW_DBUS_TYPE_DOUBLE): return .double(basic(Double(0)))
         case Int32(GW_DBUS_TYPE_UNIX_FD): return .unixFD(basic(Int32(-1)))
         case Int32(GW_DBUS_TYPE_STRING): return .string(string())
-        case Int32(GW_DBUS_TYPE_OBJECT_PATH): return .objectPath(ObjectPath(trusted: string()))
+        case Int32(GW_DBUS_TYPE_OBJECT_PATH): return .objectPath(ObjectPath(valid: string()))
         case Int32(GW_DBUS_TYPE_SIGNATURE): return .signature(Signature(trusted: string()))
         case Int32(GW_DBUS_TYPE_VARIANT):
             var sub = DBusMessageIter()
@@ -236,11 +236,12 @@ enum Marshal {
             dbus_message_iter_recurse(&iter, &sub)
             return .structure(children(&sub))
         case Int32(GW_DBUS_TYPE_ARRAY):
-            let full = currentSignature(&iter)
-            let element = String(full.dropFirst())
+            // The element's signature is taken from the first element read (values carry their
+            // types); libdbus is asked for it (a string it allocates) only for an empty array.
+            let elementType = dbus_message_iter_get_element_type(&iter)
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)
-            if element == "y" {
+            if elementType == Int32(GW_DBUS_TYPE_BYTE) {
                 var ptr: UnsafeRawPointer? = nil
                 var count: Int32 = 0
                 dbus_message_iter_get_fixed_array(&sub, &ptr, &count)
@@ -248,10 +249,7 @@ enum Marshal {
                 return .bytes(Array(UnsafeBufferPointer(start: ptr.assumingMemoryBound(to: UInt8.self),
                                                         count: Int(count))))
             }
-            if element.hasPrefix("{") {
-                let inner = element.dropFirst().dropLast()
-                let keySig = String(inner.prefix(1))
-                let valueSig = String(inner.dropFirst())
+            if elementType == Int32(GW_DBUS_TYPE_DICT_ENTRY) {
                 var entries: [Value.DictionaryEntry] = []
                 while dbus_message_iter_get_arg_type(&sub) == Int32(GW_DBUS_TYPE_DICT_ENTRY) {
                     var entryIter = DBusMessageIter()
@@ -262,9 +260,15 @@ enum Marshal {
                     entries.append(.init(key, value))
                     dbus_message_iter_next(&sub)
                 }
-                return .dictionary(key: Signature(trusted: keySig), value: Signature(trusted: valueSig), entries)
+                if let first = entries.first {
+                    return .dictionary(key: first.key.signature, value: first.value.signature, entries)
+                }
+                let inner = currentSignature(&iter).dropFirst(2).dropLast()
+                return .dictionary(key: Signature(trusted: String(inner.prefix(1))), value: Signature(trusted: String(inner.dropFirst())), [])
             }
-            return .array(element: Signature(trusted: element), children(&sub))
+            let items = children(&sub)
+            if let first = items.first { return .array(element: first.signature, items) }
+            return .array(element: Signature(trusted: String(currentSignature(&iter).dropFirst())), [])
         default:
             return .structure([])
         }

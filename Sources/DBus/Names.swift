@@ -42,14 +42,19 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
         return ObjectPath(valid: slash == utf8.startIndex ? "/" : String(rawValue[..<slash]))
     }
 
-    private init(valid string: String) {
+    /// A path known valid: a parent of a valid one, or one libdbus read from a message it
+    /// had validated already.
+    init(valid string: String) {
         rawValue = string
     }
 
     /// True when `self` is `ancestor` or lies below it.
     public func isDescendant(of ancestor: ObjectPath) -> Bool {
         if ancestor.rawValue == "/" || rawValue == ancestor.rawValue { return true }
-        return rawValue.hasPrefix(ancestor.rawValue + "/")
+        // Compared in place (every signal matched against a path_namespace rule comes here).
+        let own = rawValue.utf8, prefix = ancestor.rawValue.utf8
+        guard own.count > prefix.count, own.starts(with: prefix) else { return false }
+        return own[own.index(own.startIndex, offsetBy: prefix.count)] == UInt8(ascii: "/")
     }
 
     public static func < (a: ObjectPath, b: ObjectPath) -> Bool { a.rawValue < b.rawValue }

@@ -2,7 +2,11 @@ import Glibc
 
 /// A D-Bus value with its type. Containers carry their element signature so that empty
 /// arrays and dictionaries marshal correctly.
-public indirect enum Value: Hashable, Sendable {
+///
+/// Only `variant` is boxed (`indirect`): the containers hold arrays, which are references
+/// already, and boxing every case cost an allocation per value read (a PropertiesChanged of an
+/// advertisement is some fifteen values, at thousands a second).
+public enum Value: Hashable, Sendable {
     case byte(UInt8)
     case bool(Bool)
     case int16(Int16)
@@ -22,7 +26,7 @@ public indirect enum Value: Hashable, Sendable {
     /// `a{<key><value>}`; entries keep their order.
     case dictionary(key: Signature, value: Signature, [DictionaryEntry])
     case structure([Value])
-    case variant(Value)
+    indirect case variant(Value)
     /// `h`: a file descriptor. A received one belongs to the receiver, which must close it;
     /// a sent one is duplicated by libdbus, so the sender keeps (and closes) its own.
     case unixFD(Int32)

@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import FoundationEssentials
 import Testing
 @testable import BlueZ
 
@@ -42,5 +43,27 @@ import Testing
     @Test func rssi127MeansUnknown() {
         #expect(DeviceProperties.rssi(["RSSI": .int16(127)]) == nil)
         #expect(DeviceProperties.rssi([:]) == nil)
+    }
+
+    /// The scanner updates a device's snapshot from the advertised properties that changed:
+    /// the result is what reading all of them again gives, for each of those properties.
+    @Test(arguments: [
+        ("RSSI", Value.int16(-40)),
+        ("ManufacturerData", .dictionary(key: Signature("q")!, value: Signature("v")!, [.init(.uint16(0xFFFF), .variant(.bytes([7])))])),
+        ("ServiceData", .dictionary(key: Signature("s")!, value: Signature("v")!, [.init(.string("0000fcd2-0000-1000-8000-00805f9b34fb"), .variant(.bytes([0x40])))])),
+        ("TxPower", .int16(-8)),
+    ])
+    func updatedFromAdvertisedProperties(name: String, value: Value) {
+        var props: [String: Value] = [
+            "Address": .string("F0:00:00:00:00:04"), "Name": .string("Thermo"), "RSSI": .int16(-70), "TxPower": .int16(4),
+            "ManufacturerData": .dictionary(key: Signature("q")!, value: Signature("v")!, [.init(.uint16(0x004C), .variant(.bytes([2])))]),
+        ]
+        let before = DeviceProperties.peripheral(props, lastSeen: nil)!
+        props[name] = value
+        #expect(DeviceProperties.advertised.contains(name))
+        let seen = Date(timeIntervalSince1970: 1_000)
+        let updated = DeviceProperties.updated(before, props, changed: [name], lastSeen: seen)
+        #expect(updated == DeviceProperties.peripheral(props, lastSeen: seen))
+        #expect(updated != before)
     }
 }
