@@ -17,7 +17,10 @@ gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`;
               it); gattway's CPU (utime + stime) per advertisement the client got.
   b. bleak    the same stream to bleak's BleakScanner, alone on the bus (gattway stopped), with a
               detection callback that only counts: its process's CPU per callback; the ratio
-              gattway / bleak.
+              gattway / bleak. Then the libdbus floor, alone too: bench/dbus_floor.c, a C
+              program that discovers as gattway's watch does and reads every signal through
+              libdbus (each value read once, nothing kept), its CPU per advertisement signal:
+              what any libdbus client pays, beside half of bleak's, the issue's target.
   c. churn    devices whose random address changes every 10 s (the simulator's
               addressRotationMs; BlueZ drops an address 5 s after it was last heard): 500 at a
               time, 10 000 distinct addresses over the run, to the same client; gattway's RSS
@@ -34,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -141,7 +145,34 @@ def phase_stream(window, devices=500, interval_ms=250):
         r["cpu_ratio"] = r["cpu_per_adv_us"] / r["bleak_cpu_per_adv_us"]
         log(f"  bleak: {counted / window:.0f} callbacks/s, {r['bleak_cpu_per_adv_us']:.1f} µs CPU per callback; "
             f"gattway / bleak = {r['cpu_ratio']:.2f}")
+        scanner.p.stdin.close()
+        stop_process(scanner.p, 3)
+        r["floor_cpu_per_adv_us"], signals = libdbus_floor(rig.bus, window)
+        log(f"  libdbus floor: {signals / window:.0f} signals/s, {r['floor_cpu_per_adv_us']:.1f} µs CPU per advertisement")
         return r
+
+
+def libdbus_floor(bus, window):
+    """bench/dbus_floor.c on `bus` for `window` seconds: (µs CPU per advertisement signal, signals)."""
+    exe = os.path.join(OUT, "dbus_floor")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "dbus-1"], capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dbus_floor.c"), *flags],
+                   check=True)
+    p = subprocess.Popen([exe], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, bufsize=1, env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus))
+    try:
+        def ask(command):
+            p.stdin.write(command + "\n")
+            p.stdin.flush()
+            return json.loads(p.stdout.readline())
+        json.loads(p.stdout.readline())  # discovering
+        time.sleep(5)
+        ask("start")
+        time.sleep(window)
+        got = ask("stop")
+        return got["cpu_s"] / max(1, got["signals"]) * 1e6, got["signals"]
+    finally:
+        stop_process(p, 3)
 
 
 def phase_churn(addresses, devices=500, interval_ms=250, rotation_ms=10_000):
@@ -388,6 +419,7 @@ def report(res):
             f"| gattway CPU per forwarded advertisement | {s['cpu_per_adv_us']:.1f} µs |",
             f"| bleak's BleakScanner CPU per callback | {s['bleak_cpu_per_adv_us']:.1f} µs |",
             f"| CPU ratio gattway / bleak | {s['cpu_ratio']:.2f} |",
+            f"| libdbus floor (bench/dbus_floor.c), CPU per advertisement | {s['floor_cpu_per_adv_us']:.1f} µs |",
             f"| gattway RSS while streaming | {s['rss_mb']:.2f} MB |",
         ]
     if c and c["points"]:
@@ -402,7 +434,7 @@ def report(res):
     if s:
         summary += [f"delivered={s['delivered']:.4f}", f"latency_p50_ms={s['latency_p50_ms']:.2f}",
                     f"cpu_us_per_adv={s['cpu_per_adv_us']:.1f}", f"bleak_cpu_us_per_adv={s['bleak_cpu_per_adv_us']:.1f}",
-                    f"cpu_ratio={s['cpu_ratio']:.2f}"]
+                    f"cpu_ratio={s['cpu_ratio']:.2f}", f"floor_us_per_adv={s['floor_cpu_per_adv_us']:.1f}"]
     if c and c["points"]:
         rss = [p[1] for p in c["points"]]
         summary += [f"churn_addresses={c['points'][-1][0]}", f"rss_first_mb={rss[0]:.2f}", f"rss_last_mb={rss[-1]:.2f}",
