@@ -141,15 +141,8 @@ final class Connector: Sendable {
         return try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
             if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
                 setTransition(id, .disconnecting)
-                disconnecting.withLock { _ = $0.insert(id) }
                 defer { setTransition(id, nil) }
-                do throws(BusError) {
-                    _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
-                                                              member: "Disconnect"), timeout: Self.disconnectDeadline)
-                } catch {
-                    throw ErrorMapping.map(error, context: .device)
-                }
-                await refreshDevice(path)
+                try await endLink(id, path)
                 setTransition(id, nil)
                 log("\(id): disconnected")
             }
@@ -167,16 +160,7 @@ final class Connector: Sendable {
         let adapter = try link.usableAdapter()
         let path = try index.devicePath(id)
         try await inTurn(id) { () async throws(BLEError) in
-            if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
-                disconnecting.withLock { _ = $0.insert(id) }
-                do throws(BusError) {
-                    _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
-                                                        member: "Disconnect"), timeout: Self.disconnectDeadline)
-                } catch {
-                    throw ErrorMapping.map(error, context: .device)
-                }
-                await refreshDevice(path)
-            }
+            if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true { try await endLink(id, path) }
             disconnecting.withLock { _ = $0.insert(id) }
             do throws(BusError) {
                 _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
@@ -445,6 +429,19 @@ final class Connector: Sendable {
             await refreshDevice(path)
         }
         return nil
+    }
+
+    /// Disconnect, by this side's wish (`disconnecting` tells that end from a lost link), then
+    /// the device's properties read again. In the caller's turn.
+    private func endLink(_ id: BluetoothAddress, _ path: ObjectPath) async throws(BLEError) {
+        disconnecting.withLock { _ = $0.insert(id) }
+        do throws(BusError) {
+            _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                                                member: "Disconnect"), timeout: Self.disconnectDeadline)
+        } catch {
+            throw ErrorMapping.map(error, context: .device)
+        }
+        await refreshDevice(path)
     }
 
     /// Cancels a connection attempt that ran out of time: BlueZ stops trying on Disconnect.
