@@ -202,6 +202,25 @@ def test_dashboard_at_phone_width(browser):
         gw.stop()
 
 
+def test_dashboard_forms_work_as_soon_as_the_page_has_loaded(browser):
+    """The handlers are attached before the page's first await: with /ui/names.json held back,
+    Start scan right after the load event scans, and does not submit the form as a reload."""
+    gw = Gateway(["--simulate"])
+    try:
+        page = browser.new_page(viewport={"width": 1000, "height": 700})
+        held = []
+        page.route("**/ui/names.json", lambda route: held.append(route))
+        page.goto(gw.base + "/")
+        page.locator("#scan-start").click(no_wait_after=True)
+        playwright.expect(page.locator("#scanning")).to_have_text("scanning", timeout=WAIT_MS)
+        assert page.url == gw.base + "/", page.url
+        assert len(held) == 1
+        held[0].continue_()
+        page.close()
+    finally:
+        gw.stop()
+
+
 def test_dashboard_asks_for_the_token_and_then_works(browser, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(TOKEN + "\n")

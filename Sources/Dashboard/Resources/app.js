@@ -596,7 +596,8 @@ function onStreamMessage(m) {
 // ---- start ----
 
 async function start() {
-  names = await fetch("/ui/names.json").then((r) => r.json()).catch(() => names);
+  // Every handler is attached before the first await: this deferred script runs before the page's
+  // load event, and a form submitted before its handler exists would reload the page instead.
   $("token").addEventListener("submit", (e) => {
     e.preventDefault();
     token.set($("token-value").value.trim());
@@ -667,6 +668,7 @@ async function start() {
   $("device-close").addEventListener("click", closeDevice);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && selected) closeDevice(); });
 
+  names = await fetch("/ui/names.json").then((r) => r.json()).catch(() => names);
   await refreshState();
   await refreshScan();
   // Without a valid token the socket would only be refused: it opens once one is entered.
