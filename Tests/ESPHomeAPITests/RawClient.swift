@@ -15,16 +15,27 @@ final class RawClient {
         }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let connected = Self.connect(fd, port: port)
+        precondition(connected == 0, "connect: \(errno)")
+    }
+
+    /// Whether a connection to `port` on loopback is refused: nothing listens there.
+    static func isRefused(port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        return connect(fd, port: port) != 0 && errno == ECONNREFUSED
+    }
+
+    private static func connect(_ fd: Int32, port: UInt16) -> Int32 {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let connected = withUnsafePointer(to: &address) {
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        precondition(connected == 0, "connect: \(errno)")
     }
 
     deinit { close(fd) }
