@@ -9,9 +9,13 @@ import BLE
 /// Subscribing is a read: BlueZ writes the Client Characteristic Configuration itself
 /// (StartNotify), so the default `2902 exclude-writes` refuses only writing that descriptor
 /// directly, as Web Bluetooth's `startNotifications()` works beside the same entry.
+///
+/// Operations the device refuses until it is paired go through `autoPairing` (the pairing keys
+/// file): with a key for the device, they pair and are tried once more.
 package struct BlocklistedCentral: Central {
     package let base: Central
     package let blocklist: Blocklist
+    package var autoPairing = AutoPairing()
 
     package func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) {
         base.setEventHandler { [blocklist, base] event in
@@ -49,23 +53,31 @@ package struct BlocklistedCentral: Central {
 
     package func readValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, offset: Int) async throws(BLEError) -> AttributeValue {
         let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .read)
-        return try await base.readValue(id, .handle(c.handle), offset: offset)
+        return try await autoPairing.retrying(id, "read of \(handleText(c.handle))", on: base) { () async throws(BLEError) in
+            try await base.readValue(id, .handle(c.handle), offset: offset)
+        }
     }
 
     package func writeValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, _ value: [UInt8], type: WriteType,
                     fragment: Bool) async throws(BLEError) -> WriteOutcome {
         let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .write)
-        return try await base.writeValue(id, .handle(c.handle), value, type: type, fragment: fragment)
+        return try await autoPairing.retrying(id, "write of \(handleText(c.handle))", on: base) { () async throws(BLEError) in
+            try await base.writeValue(id, .handle(c.handle), value, type: type, fragment: fragment)
+        }
     }
 
     package func readDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, offset: Int) async throws(BLEError) -> AttributeValue {
         let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .read)
-        return try await base.readDescriptor(id, .handle(d.handle), offset: offset)
+        return try await autoPairing.retrying(id, "read of \(handleText(d.handle))", on: base) { () async throws(BLEError) in
+            try await base.readDescriptor(id, .handle(d.handle), offset: offset)
+        }
     }
 
     package func writeDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, _ value: [UInt8]) async throws(BLEError) -> WriteOutcome {
         let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .write)
-        return try await base.writeDescriptor(id, .handle(d.handle), value)
+        return try await autoPairing.retrying(id, "write of \(handleText(d.handle))", on: base) { () async throws(BLEError) in
+            try await base.writeDescriptor(id, .handle(d.handle), value)
+        }
     }
 
     /// The device's tree as the backend has it now, for the value cache to keep.
@@ -88,8 +100,11 @@ package struct BlocklistedCentral: Central {
 
     /// Starting is checked as a read; stopping never is, so that a release always goes through.
     package func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
-        if enabled { _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read) }
-        return try await base.setNotifyValue(enabled, id, characteristic: characteristic)
+        guard enabled else { return try await base.setNotifyValue(false, id, characteristic: characteristic) }
+        _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read)
+        return try await autoPairing.retrying(id, "subscription to \(handleText(characteristic))", on: base) { () async throws(BLEError) in
+            try await base.setNotifyValue(true, id, characteristic: characteristic)
+        }
     }
 
     // The rest is not about attributes. Advertised service UUIDs stay in device lists, as Web
@@ -101,8 +116,9 @@ package struct BlocklistedCentral: Central {
         await base.keepNotifying(id, characteristic: characteristic)
     }
 
+    /// Without an answer given, the pairing keys file's key for the device, if any.
     package func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
-        try await base.pair(id, answer: answer, timeout: timeout)
+        try await base.pair(id, answer: answer ?? autoPairing.key(id), timeout: timeout)
     }
     package func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) {
         try await base.answerPairing(id, answer)

@@ -39,10 +39,13 @@ public final class Gateway: Sendable {
     ///   - blocklist: the GATT attributes clients may not use, or only read or write.
     ///   - idleDisconnect: how long a device connected for `connect=auto` stays connected without requests.
     ///   - sensorKeys: bind keys of devices that encrypt their sensor advertisements.
+    ///   - pairingKeys: passkeys and PIN codes of devices that pair with them.
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), autoReconnect: Bool = false,
                 stateDirectory: String? = nil, blocklist: Blocklist = .standard, idleDisconnect: Duration = .seconds(60),
-                sensorKeys: SensorKeys = SensorKeys(), log: @escaping @Sendable (String) -> Void = { _ in }) {
-        let central = BlocklistedCentral(base: central, blocklist: blocklist)
+                sensorKeys: SensorKeys = SensorKeys(), pairingKeys: PairingKeys = PairingKeys(),
+                log: @escaping @Sendable (String) -> Void = { _ in }) {
+        let autoPairing = AutoPairing(keys: pairingKeys, log: log)
+        let central = BlocklistedCentral(base: central, blocklist: blocklist, autoPairing: autoPairing)
         self.central = central
         self.blocklist = blocklist
         self.autoReconnect = autoReconnect
@@ -82,6 +85,7 @@ public final class Gateway: Sendable {
             case .connection(let id, .connected, _): restoration.connected(id)
             case .connection(let id, .disconnected, _): autoConnections.linkDown(id)
             case .resubscribed(let id, let handle, _, let error): restoration.resubscribed(id, handle, error)
+            case .pairing(let id, .request(let request)): autoPairing.asked(id, request, on: central.base)
             default: break
             }
         }
@@ -106,6 +110,12 @@ public final class Gateway: Sendable {
 
     /// How many bind keys are in force.
     public var sensorKeyCount: Int { sensors.keyCount }
+
+    /// Passkeys and PIN codes of devices that pair with them (SIGHUP reloads them).
+    public func replacePairingKeys(_ keys: PairingKeys) { central.autoPairing.replaceKeys(keys) }
+
+    /// How many pairing keys are in force.
+    public var pairingKeyCount: Int { central.autoPairing.keyCount }
 
     /// Events of the central that are errors: links lost, notifications not restored.
     private func noteEvent(_ event: CentralEvent) {

@@ -70,10 +70,10 @@ extension PairingAnswerFields {
             return .passkey(value)
         }
         if let pinCode {
-            guard (1...16).contains(pinCode.utf8.count), pinCode.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            guard let answer = PairingAnswer.checkedPINCode(pinCode) else {
                 throw BLEError(.invalidParameters, "pinCode must be 1 to 16 letters or digits")
             }
-            return .pinCode(pinCode)
+            return answer
         }
         if let confirm { return .confirm(confirm) }
         if !allowNone { throw BLEError(.invalidParameters, "give passkey, pinCode or confirm") }

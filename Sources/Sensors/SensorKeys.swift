@@ -22,12 +22,7 @@ public struct SensorKeys: Sendable, Equatable {
     /// Parses a key file's text; `source` names it in errors ("keys.txt:3: ...").
     public init(parsing text: String, source: String) throws(SensorKeysError) {
         var lines: [BluetoothAddress: Int] = [:]
-        // By `isNewline`: "\r\n" is one Character, which a split at "\n" would not cut.
-        for (index, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
-            let line = index + 1
-            let content = rawLine.prefix { $0 != "#" }
-            let words = content.split(whereSeparator: { $0 == " " || $0 == "\t" })
-            guard !words.isEmpty else { continue }
+        for (line, words) in configurationLines(text) {
             func fail(_ message: String) -> SensorKeysError {
                 SensorKeysError(source: source, line: line, message: message)
             }

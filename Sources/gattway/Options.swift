@@ -54,6 +54,8 @@ struct Options {
     var defaultBlocklist = true
     /// Bind keys of devices that encrypt their sensor advertisements (`--sensor-keys`).
     var sensorKeysFile: String?
+    /// Passkeys and PIN codes of devices that pair with them (`--pairing-keys`).
+    var pairingKeysFile: String?
     /// `--watch` / `--no-watch`; nil: watch when simulating (the demo shows its sensors at once).
     var watch: Bool?
     var watchAtStart: Bool { watch ?? (simulate != nil) }
@@ -164,6 +166,11 @@ struct Options {
       --pairing-timeout SECONDS
                            how long a pairing question waits for a client's answer before it is
                            declined (default 25; the pairing itself gives up after 30)
+      --pairing-keys FILE  passkeys and PIN codes of devices, a device a line:
+                           "C4:7C:8D:6A:11:02 passkey 123456" or "00:1A:7D:DA:71:13 pin 0000";
+                           # comments. A read, write or subscription the device refuses until
+                           it is paired then pairs with its key and is tried once more; its
+                           pairing questions are answered with it. Read again on SIGHUP
       --state-dir DIR      where what clients asked for is kept across restarts: devices kept
                            connected, notification holds, a running scan (state.json, written
                            atomically; restored at start; GET /v1/restoration). Default:
@@ -523,6 +530,7 @@ struct Options {
         case "--blocklist": blocklistFiles.append(try value())
         case "--no-default-blocklist": defaultBlocklist = false
         case "--sensor-keys": sensorKeysFile = try value()
+        case "--pairing-keys": pairingKeysFile = try value()
         case "--tls-cert": tlsCertificate = try value()
         case "--tls-key": tlsKey = try value()
         case "--mqtt": try setMQTT(try value())

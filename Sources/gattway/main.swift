@@ -96,7 +96,7 @@ func readFile(_ path: String) -> String? {
     return ferror(file) == 0 ? String(decoding: bytes, as: UTF8.self) : nil
 }
 
-/// On SIGHUP, the token and sensor key files are read again; a file that cannot be used leaves
+/// On SIGHUP, the token, sensor key and pairing key files are read again; a file that cannot be used leaves
 /// what it gave as it was (and the log says why). The handler is set before anything is served;
 /// `reload` is called once the gateway exists (a SIGHUP before then reloads the tokens only).
 final class HangUp {
@@ -112,13 +112,15 @@ final class HangUp {
         let slot = self.slot
         source.setEventHandler {
             reloadTokens(options, access)
-            if options.sensorKeysFile != nil, let gateway = slot.gateway.withLock({ $0 }) { reloadSensorKeys(options, gateway) }
+            guard let gateway = slot.gateway.withLock({ $0 }) else { return }
+            if options.sensorKeysFile != nil { reloadSensorKeys(options, gateway) }
+            if options.pairingKeysFile != nil { reloadPairingKeys(options, gateway) }
         }
         source.resume()
     }
 
-    /// From now on SIGHUP also gives `gateway` the keys of the sensor keys file.
-    func reload(sensorKeysOf gateway: Gateway) { slot.gateway.withLock { $0 = gateway } }
+    /// From now on SIGHUP also gives `gateway` the keys of the sensor and pairing keys files.
+    func reload(keysOf gateway: Gateway) { slot.gateway.withLock { $0 = gateway } }
 
     func cancel() { source.cancel() }
 }
@@ -138,12 +140,25 @@ func reloadTokens(_ options: Options, _ access: AccessControl) {
 }
 
 func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
+    reloadKeys("sensors", "bind key(s)", options.sensorKeysFile, read: options.sensorKeys, count: \.count,
+               inForce: gateway.sensorKeyCount, replace: gateway.replaceSensorKeys)
+}
+
+func reloadPairingKeys(_ options: Options, _ gateway: Gateway) {
+    reloadKeys("pairing", "key(s)", options.pairingKeysFile, read: options.pairingKeys, count: \.count,
+               inForce: gateway.pairingKeyCount, replace: gateway.replacePairingKeys)
+}
+
+/// A keys file read again on SIGHUP: put in force, or, when it cannot be used, the keys in force
+/// kept (the log says why).
+private func reloadKeys<Keys>(_ topic: String, _ noun: String, _ file: String?, read: () throws(UsageError) -> Keys,
+                              count: (Keys) -> Int, inForce: Int, replace: (Keys) -> Void) {
     do {
-        let keys = try options.sensorKeys()
-        gateway.replaceSensorKeys(keys)
-        log("sensors: SIGHUP: \(keys.count) bind key(s) from \(options.sensorKeysFile ?? "")")
+        let keys = try read()
+        replace(keys)
+        log("\(topic): SIGHUP: \(count(keys)) \(noun) from \(file ?? "")")
     } catch {
-        log("sensors: SIGHUP: \(error.message); keeping the \(gateway.sensorKeyCount) bind key(s) in force", .warning)
+        log("\(topic): SIGHUP: \(error.message); keeping the \(inForce) \(noun) in force", .warning)
     }
 }
 
@@ -198,6 +213,14 @@ func run(_ options: Options) async -> Int32 {
         return 2
     }
     if let file = options.sensorKeysFile { log("sensors: \(sensorKeys.count) bind key(s) from \(file)") }
+    let pairingKeys: PairingKeys
+    do {
+        pairingKeys = try options.pairingKeys()
+    } catch {
+        writeError("gattway: \(error.message)\n")
+        return 2
+    }
+    if let file = options.pairingKeysFile { log("pairing: \(pairingKeys.count) key(s) from \(file)") }
     let exposed: [ExposedCharacteristic]
     do {
         exposed = try exposedCharacteristics(options)
@@ -271,8 +294,8 @@ func run(_ options: Options) async -> Int32 {
                           keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)),
                           autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
                           blocklist: blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
-                          sensorKeys: sensorKeys, log: log)
-    hangUp.reload(sensorKeysOf: gateway)
+                          sensorKeys: sensorKeys, pairingKeys: pairingKeys, log: log)
+    hangUp.reload(keysOf: gateway)
     // The serial-port door: --serial's ports, and the links the HTTP API's WebSocket route shares.
     let serial = SerialPorts(links: SerialLinks(gateway: gateway, log: { log("serial: \($0)") }), allowRemote: options.noAuth,
                              log: { log("serial: \($0)") })

@@ -18,6 +18,16 @@ import GatewayTesting
         #expect(central.pairings.withLock { $0.pairs } == [.passkey(12345)])
         #expect(try await call(router, "POST", device + "/pair").status == 200)
         #expect(central.pairings.withLock { $0.pairs } == [.passkey(12345), nil])
+        #expect(try await call(router, "POST", device + "/pair", body: #"{"pinCode": "0000"}"#).status == 200)
+        #expect(central.pairings.withLock { $0.pairs } == [.passkey(12345), nil, .pinCode("0000")])
+    }
+
+    @Test func withoutAnAnswerThePairingKeysFileGivesOne() async throws {
+        let keys = PairingKeys([BluetoothAddress("F0:00:00:00:00:01")!: .passkey(42)])
+        let router = Gateway(central: central, version: "test", pairingKeys: keys).router()
+        #expect(try await call(router, "POST", device + "/pair", body: "{}").status == 200)
+        #expect(try await call(router, "POST", device + "/pair", body: #"{"passkey": 7}"#).status == 200)
+        #expect(central.pairings.withLock { $0.pairs } == [.passkey(42), .passkey(7)], "an answer given wins over the file")
     }
 
     @Test(arguments: [

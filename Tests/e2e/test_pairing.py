@@ -5,16 +5,19 @@ Service Changed indication shows up on a connected client (a `servicesChanged` e
 changed without it only after `POST …/gatt/refresh`. The twin on real BlueZ is
 test_pairing_realbluez.py."""
 import json
+import signal
+import subprocess
 import threading
 
 import jsonschema
 import pytest
 
 import contract
-from conftest import Gateway, wait_for
+from conftest import Gateway, binary, wait_for
 from test_reconnect import SSE
 
 LOCK = "F0:00:00:00:00:0E"
+HR_ADDRESS = "F0:00:00:00:00:01"
 STATE = "12345678-1234-5678-1234-56789abc0011"  # needs an authenticated link
 EVENT = jsonschema.Draft202012Validator({"$ref": "#/components/schemas/Event", **contract.DOCUMENT})
 
@@ -250,3 +253,94 @@ def test_a_paired_device_is_refreshed_only_with_its_bond(gw):
     status, body, _ = gw.post(f"/v1/devices/{LOCK}/gatt/refresh", {"dropBond": True})
     assert status == 200, body
     assert gw.get(f"/v1/devices/{LOCK}")[1]["paired"] is False
+
+
+# --pairing-keys: the passkey of a device known up front (printed on it) pairs by itself.
+
+@pytest.fixture
+def keyed(tmp_path):
+    """A gateway with a pairing keys file for the lock; `keyed(passkey)` starts it."""
+    started = []
+
+    def start(passkey, io="DisplayOnly"):
+        keys = tmp_path / "pairing-keys"
+        keys.write_text(f"# the lock's label\n{LOCK} passkey {passkey:06d}\n")
+        gateway = Gateway(["--simulate", "--pairing-io", "KeyboardDisplay", "--pairing-keys", str(keys)])
+        started.append(gateway)
+        gateway.discover(LOCK)
+        device_io(gateway, io, passkey=123456)
+        status, body, _ = gateway.post(f"/v1/devices/{LOCK}/connect", {"timeout": 10})
+        assert status == 200 and body["state"] == "connected", body
+        return gateway
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+def test_a_read_that_needs_pairing_pairs_with_the_known_passkey_once(keyed):
+    gw = keyed(123456)
+    events = SSE(gw, f"types=pairing&device={LOCK}")
+    try:
+        results = [None] * 3
+        def read(i):
+            results[i] = read_state(gw)
+        threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for status, body, _ in results:
+            assert status == 200 and body["value"] == "locked", body
+        device = gw.get(f"/v1/devices/{LOCK}")[1]
+        assert device["paired"] is True and device["bonded"] is True, device
+        assert events.wait(lambda e: e.get("state") == "paired", 5)
+        # Three reads needed it at once: one pairing, one question, answered from the file.
+        asks = [e for e in events.events if e.get("state") == "request"]
+        assert [e["request"] for e in asks] == ["passkey"], events.events
+        assert gw.get(f"/v1/devices/{LOCK}/pairing")[1]["waiting"] is False
+    finally:
+        events.close()
+
+
+def test_a_wrong_known_passkey_fails_the_read_and_leaves_the_device_unpaired(keyed):
+    gw = keyed(654321)
+    status, body, _ = read_state(gw)
+    assert status == 403 and body["error"]["name"] == "insufficientAuthentication", body
+    assert "pairing keys file" in body["error"]["message"] and "AuthenticationFailed" in body["error"].get("detail", ""), body
+    assert unpaired(gw)
+
+
+def test_sighup_reads_the_pairing_keys_again(keyed, tmp_path):
+    gw = keyed(654321)
+    assert read_state(gw)[0] == 403
+    (tmp_path / "pairing-keys").write_text(f"{LOCK} passkey 123456\n")
+    gw.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: any("pairing: SIGHUP: 1 key(s)" in line for line in gw.log), 5), gw.log[-5:]
+    status, body, _ = read_state(gw)
+    assert status == 200 and body["value"] == "locked", body
+
+
+def test_a_pairing_without_an_answer_uses_the_known_passkey(keyed):
+    gw = keyed(123456)
+    status, body, _ = gw.post(f"/v1/devices/{LOCK}/pair", {})
+    assert status == 200 and body["paired"] is True, body
+    assert read_state(gw)[0] == 200
+
+
+def test_without_a_key_the_read_is_refused_and_nothing_pairs(gw):
+    status, body, _ = gw.post(f"/v1/devices/{LOCK}/connect", {"timeout": 10})
+    assert status == 200, body
+    status, body, _ = read_state(gw)
+    # As bluetoothd answers when the MITM pairing it tries by itself cannot succeed.
+    assert status == 502 and body["error"]["name"] == "unlikelyError", body
+    assert "pairing keys file" not in body["error"]["message"], body
+    assert gw.get(f"/v1/devices/{LOCK}")[1]["paired"] is False
+
+
+def test_a_bad_pairing_keys_file_is_a_start_up_error_with_its_line(tmp_path):
+    keys = tmp_path / "pairing-keys"
+    keys.write_text(f"{LOCK} passkey 123456\n{HR_ADDRESS} passkey 12345\n")
+    out = subprocess.run([binary("gattway"), "--simulate", "--state-dir", "none", "--pairing-keys", str(keys)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert f"{keys}:2: the passkey of {HR_ADDRESS} is not six digits" in out.stderr
