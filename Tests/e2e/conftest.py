@@ -16,6 +16,10 @@ import contract
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "agent(capability, passkey): the realbluez test agent a pairing test wants")
+
+
 def binary(name):
     path = os.environ.get("GATTWAY_BIN_DIR", os.path.join(ROOT, ".build", "debug"))
     exe = os.path.join(path, name)

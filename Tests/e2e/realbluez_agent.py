@@ -3,10 +3,12 @@
 test_pairing_realbluez.py (with the guest's /usr/bin/python3, python3-dbus and python3-gi): it
 registers with the capability given (DisplayOnly: it shows passkeys) and becomes the default
 agent, so the peripheral's side of a pairing (hci1) shows its passkey here, as a device shows it
-on its screen. Each call is one line in the log file given; it answers questions with yes.
+on its screen. Each call is one line in the log file given; it answers questions with yes, and a
+passkey request with the PASSKEY given (KeyboardOnly: a device whose passkey is fixed, typed on
+both sides).
 
-Usage: realbluez_agent.py CAPABILITY LOGFILE. Stops on SIGTERM (the default agent goes back to
-the one registered before)."""
+Usage: realbluez_agent.py CAPABILITY LOGFILE [PASSKEY]. Stops on SIGTERM (the default agent goes
+back to the one registered before)."""
 import signal
 import sys
 import time
@@ -18,6 +20,7 @@ from gi.repository import GLib
 
 PATH = "/gattway/test/agent"
 capability, logfile = sys.argv[1], sys.argv[2]
+passkey = int(sys.argv[3]) if len(sys.argv) > 3 else None
 out = open(logfile, "a", buffering=1)
 
 
@@ -33,6 +36,13 @@ class Agent(dbus.service.Object):
     @dbus.service.method("org.bluez.Agent1", in_signature="ouq")
     def DisplayPasskey(self, device, passkey, entered):
         log("DisplayPasskey", device, "%06d" % passkey, entered)
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="o", out_signature="u")
+    def RequestPasskey(self, device):
+        log("RequestPasskey", device, "answered" if passkey is not None else "refused")
+        if passkey is None:
+            raise dbus.DBusException("no passkey", name="org.bluez.Error.Rejected")
+        return dbus.UInt32(passkey)
 
     @dbus.service.method("org.bluez.Agent1", in_signature="ou")
     def RequestConfirmation(self, device, passkey):

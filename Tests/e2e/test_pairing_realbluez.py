@@ -4,7 +4,8 @@ through the API by passkey entry. The peripheral's side shows the passkey: a Dis
 (realbluez_agent.py, run in the guest for these tests as bluetoothd's default agent, which the
 peripheral's side uses) writes it in its log; the test reads it there, as a user reads a device's
 screen, and enters it with `POST …/pairing`. The characteristic that needs an authenticated link
-(…56789abc0002, ATT 0x0e before) then reads; `DELETE …/bond` closes it again.
+(…56789abc0002, ATT 0x0e before) then reads; `DELETE …/bond` closes it again. And a passkey
+known up front (`--pairing-keys`): the same read pairs by itself.
 
 In the lab one bluetoothd serves both adapters: gattway's `Pair` uses gattway's agent for hci0,
 the peripheral's side (hci1) the default agent."""
@@ -30,9 +31,10 @@ AGENT_LOG = "test-agent.log"
 
 
 @pytest.fixture(autouse=True)
-def display_only_agent():
+def test_agent(request):
     """realbluez_agent.py in the guest (copied to the state directory, which the guest mounts at
-    /run/realbluez), the default agent while a test runs; then both sides unpaired for the next
+    /run/realbluez), the default agent while a test runs — DisplayOnly, or what the test's
+    `agent` mark says (capability, passkey) —; then both sides unpaired for the next
     test. bluetoothd 5.66 serving both sides crashed ("free(): invalid pointer") in 4 of 5 runs
     when the peripheral's bond was removed right after the central's; after a restart of
     bluetoothd, in 0 of 4."""
@@ -43,9 +45,11 @@ def display_only_agent():
         g.write(f.read())
     log = os.path.join(state, AGENT_LOG)
     open(log, "w").close()
-    lab("guest-exec", "setsid /usr/bin/python3 /run/realbluez/gattway-test-agent.py DisplayOnly "
-                      f"/run/realbluez/{AGENT_LOG} </dev/null >/run/realbluez/test-agent.out 2>&1 & echo started", timeout=30)
-    assert wait_for(lambda: "registered DisplayOnly" in open(log).read(), 20), open(os.path.join(state, "test-agent.out")).read()
+    mark = request.node.get_closest_marker("agent")
+    capability, passkey = mark.args if mark else ("DisplayOnly", "")
+    lab("guest-exec", f"setsid /usr/bin/python3 /run/realbluez/gattway-test-agent.py {capability} "
+                      f"/run/realbluez/{AGENT_LOG} {passkey} </dev/null >/run/realbluez/test-agent.out 2>&1 & echo started", timeout=30)
+    assert wait_for(lambda: f"registered {capability}" in open(log).read(), 20), open(os.path.join(state, "test-agent.out")).read()
     yield
     lab("guest-exec", "pkill -TERM -f gattway-test-agent.py; sleep 0.5; true", timeout=30)
     lab("restart-bluetoothd", "1")
@@ -146,5 +150,43 @@ def test_a_wrong_passkey_fails_and_leaves_the_device_unpaired():
             pytest.skip("the peripheral showed 000000, the passkey the test meant to be wrong")
         assert status == 403 and body["error"]["name"] == "insufficientAuthentication", body
         assert wait_for(lambda: gw.get(f"/v1/devices/{DEVICE}")[1].get("paired") is False, 10)
+    finally:
+        stop(gw)
+
+
+
+@pytest.mark.agent("KeyboardOnly", "123456")
+def test_a_known_passkey_pairs_when_the_authenticated_read_needs_it(tmp_path):
+    """A device whose passkey is fixed (printed on it): the peripheral's side is KeyboardOnly and
+    types 123456 (the test agent), gattway is KeyboardOnly too, so both sides enter the passkey.
+    Without `--pairing-keys` the authenticated read fails with 0x0e (bluetoothd's own MITM
+    pairing cannot succeed); with the key in the file the same read pairs and answers, with no
+    client doing anything but the read."""
+    gw = Gateway(T["args"] + ["--pairing-io", "KeyboardOnly"], env=T["env"])
+    try:
+        assert wait_for(lambda: any("pairing: agent registered (KeyboardOnly)" in line for line in gw.log), 10), gw.log
+        assert connected(gw)
+        before = read_mitm(gw)
+        assert before[0] == 502 and before[1]["error"]["name"] == "unlikelyError", before
+        assert gw.get(f"/v1/devices/{DEVICE}")[1]["paired"] is False
+    finally:
+        stop(gw)
+
+    # (Nothing to forget: the failed read left both sides unpaired. RemoveDevice here, right
+    # after bluetoothd's failed pairing, crashed this lab's bluetoothd.)
+    keys = tmp_path / "pairing-keys"
+    keys.write_text(f"{DEVICE} passkey 123456\n")
+    gw = Gateway(T["args"] + ["--pairing-io", "KeyboardOnly", "--pairing-keys", str(keys)], env=T["env"])
+    try:
+        assert wait_for(lambda: any("pairing: 1 key(s) from" in line for line in gw.log), 10), gw.log
+        assert connected(gw), "\n".join(gw.log[-12:])
+        started = time.monotonic()
+        after = read_mitm(gw)
+        took = time.monotonic() - started
+        assert after[0] == 200 and after[1]["value"] == "secret-mitm", after
+        device = gw.get(f"/v1/devices/{DEVICE}")[1]
+        assert device["paired"] is True and device["bonded"] is True, device
+        assert any("read of 0x" in line and "pairing with the pairing keys file's key" in line for line in gw.log), gw.log[-10:]
+        print(f"\n[realbluez] the authenticated read paired with the known passkey and answered in {took:.2f} s")
     finally:
         stop(gw)
