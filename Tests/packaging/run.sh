@@ -86,8 +86,9 @@ echo "groups: $groups"
 expect "gattway gattway 750" "$(in_ctr 'stat -c "%U %G %a" /var/lib/gattway')"
 expect "root gattway 640" "$(in_ctr 'stat -c "%U %G %a" /etc/gattway/tokens')"
 expect "root gattway 640" "$(in_ctr 'stat -c "%U %G %a" /etc/gattway/sensor-keys')"
+expect "root gattway 640" "$(in_ctr 'stat -c "%U %G %a" /etc/gattway/pairing-keys')"
 conffiles=$(in_ctr 'dpkg-query -W -f="\${Conffiles}" gattway')
-for file in gattway.conf tokens blocklist sensor-keys; do expect "/etc/gattway/$file " "$conffiles"; done
+for file in gattway.conf tokens blocklist sensor-keys pairing-keys; do expect "/etc/gattway/$file " "$conffiles"; done
 echo "conffiles: $(awk '{print $1}' <<< "$conffiles" | tr '\n' ' ')"
 expect "gattway $version" "$(in_ctr 'gattway --version')"
 
@@ -102,6 +103,7 @@ expect "gattway" "$(in_ctr "stat -c %U /proc/$pid")"
 log=$(in_ctr 'cat /tmp/gattway.log')
 expect "GATT blocklist: 14 UUIDs from the default list, /etc/gattway/blocklist" "$log"
 expect "bind key(s) from /etc/gattway/sensor-keys" "$log"
+expect "pairing: 0 key(s) from /etc/gattway/pairing-keys" "$log"
 expect '"scanning":true' "$(curl -s --max-time 10 -X POST --json '{}' "http://127.0.0.1:$port/v1/scan")"
 wait_for 10 in_ctr 'grep -q "\"scan\"" /var/lib/gattway/state.json' || fail "no scan in state.json"
 expect "gattway 600" "$(in_ctr 'stat -c "%U %a" /var/lib/gattway/state.json')"
