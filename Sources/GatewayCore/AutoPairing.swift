@@ -67,6 +67,14 @@ package final class AutoPairing: Sendable {
         }
     }
 
+    /// Waits until the operations on `id` that went before are done (a pairing among them):
+    /// what reads a keyed device's tree before an operation sees it as the pairing left it.
+    /// At once for a device without a key.
+    package func waitForTurn(_ id: BluetoothAddress) async {
+        guard key(id) != nil else { return }
+        _ = await turns.run(id) { () async in }
+    }
+
     /// A question of a pairing: answered at once when the file has what it asks for `id`.
     package func asked(_ id: BluetoothAddress, _ request: PairingRequest, on central: Central) {
         guard let key = key(id), key.answers(request) else { return }

@@ -11,7 +11,8 @@ import BLE
 /// directly, as Web Bluetooth's `startNotifications()` works beside the same entry.
 ///
 /// Operations the device refuses until it is paired go through `autoPairing` (the pairing keys
-/// file): with a key for the device, they pair and are tried once more.
+/// file): with a key for the device, they pair and are tried once more; what reads such a
+/// device's tree first waits for the operations (and the pairing) before it.
 package struct BlocklistedCentral: Central {
     package let base: Central
     package let blocklist: Blocklist
@@ -36,53 +37,58 @@ package struct BlocklistedCentral: Central {
     }
 
     package func services(_ id: BluetoothAddress) async throws(BLEError) -> [GATTService] {
-        blocklist.visible(try await base.services(id))
+        await autoPairing.waitForTurn(id)
+        return blocklist.visible(try await base.services(id))
     }
 
     /// The service `selector` names (no `Central` requirement: the gateway picks services itself).
     package func service(_ id: BluetoothAddress, _ selector: AttributeSelector) async throws(BLEError) -> GATTService {
-        try blocklist.service(selector, in: try await base.services(id))
+        await autoPairing.waitForTurn(id)
+        return try blocklist.service(selector, in: try await base.services(id))
     }
 
     package func characteristic(_ id: BluetoothAddress, _ ref: CharacteristicRef) async throws(BLEError) -> GATTCharacteristic {
-        try blocklist.characteristic(ref, in: try await base.services(id), for: .discovery)
+        await autoPairing.waitForTurn(id)
+        return try blocklist.characteristic(ref, in: try await base.services(id), for: .discovery)
     }
 
     // Each operation goes on by the handle the check resolved, so the backend acts on exactly
-    // the attribute that was checked.
+    // the attribute that was checked. The check is inside the pairing's turn: an operation that
+    // waited for a device's pairing resolves against the device as it is after it.
 
     package func readValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, offset: Int) async throws(BLEError) -> AttributeValue {
-        let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .read)
-        return try await autoPairing.retrying(id, "read of \(handleText(c.handle))", on: base) { () async throws(BLEError) in
-            try await base.readValue(id, .handle(c.handle), offset: offset)
+        try await autoPairing.retrying(id, "read of \(ref)", on: base) { () async throws(BLEError) in
+            let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .read)
+            return try await base.readValue(id, .handle(c.handle), offset: offset)
         }
     }
 
     package func writeValue(_ id: BluetoothAddress, _ ref: CharacteristicRef, _ value: [UInt8], type: WriteType,
                     fragment: Bool) async throws(BLEError) -> WriteOutcome {
-        let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .write)
-        return try await autoPairing.retrying(id, "write of \(handleText(c.handle))", on: base) { () async throws(BLEError) in
-            try await base.writeValue(id, .handle(c.handle), value, type: type, fragment: fragment)
+        try await autoPairing.retrying(id, "write of \(ref)", on: base) { () async throws(BLEError) in
+            let c = try blocklist.characteristic(ref, in: try await base.services(id), for: .write)
+            return try await base.writeValue(id, .handle(c.handle), value, type: type, fragment: fragment)
         }
     }
 
     package func readDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, offset: Int) async throws(BLEError) -> AttributeValue {
-        let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .read)
-        return try await autoPairing.retrying(id, "read of \(handleText(d.handle))", on: base) { () async throws(BLEError) in
-            try await base.readDescriptor(id, .handle(d.handle), offset: offset)
+        try await autoPairing.retrying(id, "read of \(ref)", on: base) { () async throws(BLEError) in
+            let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .read)
+            return try await base.readDescriptor(id, .handle(d.handle), offset: offset)
         }
     }
 
     package func writeDescriptor(_ id: BluetoothAddress, _ ref: DescriptorRef, _ value: [UInt8]) async throws(BLEError) -> WriteOutcome {
-        let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .write)
-        return try await autoPairing.retrying(id, "write of \(handleText(d.handle))", on: base) { () async throws(BLEError) in
-            try await base.writeDescriptor(id, .handle(d.handle), value)
+        try await autoPairing.retrying(id, "write of \(ref)", on: base) { () async throws(BLEError) in
+            let d = try blocklist.descriptor(ref, in: try await base.services(id), for: .write)
+            return try await base.writeDescriptor(id, .handle(d.handle), value)
         }
     }
 
     /// The device's tree as the backend has it now, for the value cache to keep.
     package func snapshot(_ id: BluetoothAddress) async throws(BLEError) -> GATTSnapshot {
-        GATTSnapshot(services: try await base.services(id))
+        await autoPairing.waitForTurn(id)
+        return GATTSnapshot(services: try await base.services(id))
     }
 
     /// The attribute `target` names in `snapshot`, if clients may read it: a kept value is
@@ -101,9 +107,9 @@ package struct BlocklistedCentral: Central {
     /// Starting is checked as a read; stopping never is, so that a release always goes through.
     package func setNotifyValue(_ enabled: Bool, _ id: BluetoothAddress, characteristic: UInt16) async throws(BLEError) -> Bool {
         guard enabled else { return try await base.setNotifyValue(false, id, characteristic: characteristic) }
-        _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read)
         return try await autoPairing.retrying(id, "subscription to \(handleText(characteristic))", on: base) { () async throws(BLEError) in
-            try await base.setNotifyValue(true, id, characteristic: characteristic)
+            _ = try blocklist.characteristic(.handle(characteristic), in: try await base.services(id), for: .read)
+            return try await base.setNotifyValue(true, id, characteristic: characteristic)
         }
     }
 

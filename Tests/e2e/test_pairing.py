@@ -279,13 +279,17 @@ def keyed(tmp_path):
 
 def test_a_read_that_needs_pairing_pairs_with_the_known_passkey_once(keyed):
     gw = keyed(123456)
-    events = SSE(gw, f"types=pairing&device={LOCK}")
+    events = SSE(gw, f"types=pairing,connection&device={LOCK}")
     try:
         results = [None] * 3
         def read(i):
             results[i] = read_state(gw)
         threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(3)]
-        for t in threads:
+        threads[0].start()
+        # The others come once the refusal has dropped the link, while the first one's pairing
+        # runs (it connects again): they wait for it, then read the paired device.
+        assert events.wait(lambda e: e.get("type") == "connection" and e.get("state") == "disconnected", 10), events.events
+        for t in threads[1:]:
             t.start()
         for t in threads:
             t.join(30)
