@@ -59,6 +59,7 @@ arch=$(dpkg --print-architecture)
 deb1=gattway_$version-1_$arch.deb deb2=gattway_$version-2_$arch.deb
 for deb in "$deb1" "$deb2"; do [ -f ".build/packages/$deb" ] || fail "no .build/packages/$deb"; done
 dpkg-deb -f ".build/packages/$deb1" Depends Recommends
+expect "avahi-daemon" "$(dpkg-deb -f ".build/packages/$deb1" Recommends)"
 files=$(dpkg-deb -c ".build/packages/$deb1")
 for path in ./usr/bin/gattway ./lib/systemd/system/gattway.service ./usr/share/dbus-1/system.d/gattway.conf \
             ./etc/gattway/gattway.conf ./usr/share/doc/gattway/copyright ./usr/share/man/man1/gattway.1.gz; do
@@ -73,6 +74,7 @@ in_ctr "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y 
 echo "installed in $(since "$t_install") s with what it needs from Debian's archive:" \
      "$(grep -c '^Setting up ' "$work/apt.log") packages set up"
 expect "install ok installed $version-1" "$(in_ctr 'dpkg-query -W -f="\${Status} \${Version}" gattway')"
+expect "install ok installed" "$(in_ctr 'dpkg-query -W -f="\${Status}" avahi-daemon')"  # a Recommends, for --esphome-api
 
 step "the user, its directories, the conffiles"
 user=$(in_ctr 'getent passwd gattway') || fail "no user gattway"
