@@ -12,7 +12,7 @@ case "${1:-}" in
     --build-only) ;;
     "")
         # test: python3-venv (pytest, bleak, playwright), bluez (bleak asks `bluetoothctl
-        # --version`), curl and jq (the README's polling examples), chromium (the browser
+        # --version`), curl and jq (the polling examples of docs/sensors.md), chromium (the browser
         # tests), openssl (the TLS tests make their certificates), mosquitto (the MQTT tests' broker),
         # docker-compose (Docker/compose.mqtt.yaml run as it is, with ../shared/dockerlab),
         # avahi-daemon and avahi-utils (the ESPHome API's mDNS announcement, tested with a daemon

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README and CI run it:
 #   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door;
+#      the documentation's links (Tests/docs/check-links.py): every relative link and #anchor of
+#      README.md and docs/*.md leads to a file and heading that exist;
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
@@ -50,6 +52,10 @@ left_behind() {
 step "architecture: doors → core → BLE (imports and Package.swift)"
 python3 Tests/architecture/check.py
 python3 Tests/architecture/check.py --self-test  # the check catches the deliberate violations of a fixture
+
+step "docs: every relative link and #anchor of README.md and docs/ leads somewhere"
+python3 Tests/docs/check-links.py
+python3 Tests/docs/check-links.py --self-test  # the check catches the deliberate broken links of a fixture
 
 step "build"
 swift build --build-tests

@@ -3,7 +3,7 @@
 
 A small BLE-over-HTTP gateway written the way a competent Python developer would write one:
 bleak (BlueZ backend) for Bluetooth, aiohttp for HTTP, SSE and WebSocket, plain asyncio in
-between. It serves the part of gattway's HTTP contract (README "API (v1)", openapi.yaml) that
+between. It serves the part of gattway's HTTP contract (docs/api.md, openapi.yaml) that
 the benchmark uses, with the same paths, JSON shapes and error bodies, so that one benchmark
 client can drive either gateway. It is neither slowed down on purpose nor tuned beyond what a
 normal implementation does: each event is encoded with ``json.dumps`` once per client message,

@@ -33,7 +33,7 @@ public enum ErrorMapping {
     static let bluez = "org.bluez.Error."
     static let dbus = "org.freedesktop.DBus.Error."
 
-    /// The table, in the README. `Failed: Operation failed with ATT error: 0xNN` is handled
+    /// The table, in docs/api.md (Errors). `Failed: Operation failed with ATT error: 0xNN` is handled
     /// before it: the peer's own ATT code passes through.
     public static let rules: [Rule] = [
         rule(bluez + "Failed", "le-connection-abort-by-local", .connectionFailed, "the connection attempt was aborted locally"),

@@ -7,7 +7,7 @@ import HTTPServer
 /// only the public API, with the token its user types in when tokens are on.
 extension API {
     /// Served without a token, like the health check: the page must load to ask for one, and it
-    /// holds nothing but the dashboard's own code (see README, *Security*).
+    /// holds nothing but the dashboard's own code (see docs/security.md).
     public static let openPaths: Set<String> = Set(["/v1/state", Dashboard.index.path] + Dashboard.assets.keys)
 
     func addDashboardRoutes(to router: Router) {

@@ -2,7 +2,7 @@ import BLE
 import GatewayCore
 import HTTPServer
 
-/// The HTTP status of each CoreBluetooth error: the one table, in the README.
+/// The HTTP status of each CoreBluetooth error: the one table, in docs/api.md.
 public enum HTTPStatus {
     public static func of(_ error: BLEError) -> Int {
         switch error.code {

@@ -223,7 +223,7 @@ struct Options {
                            a last will), sensors, devices, events, Home Assistant discovery;
                            commands on PREFIX/ID/command. MQTT 5, or 3.1.1 when the broker
                            has no 5. Reconnects with backoff (1-30 s); while away at most
-                           1024 messages wait, the oldest dropped first. See README.md
+                           1024 messages wait, the oldest dropped first. See docs/mqtt.md
       --mqtt-ca FILE       mqtts: the CA certificates (PEM) that sign the broker's (default:
                            the system's)
       --mqtt-cert FILE     mqtts: a client certificate (PEM), with the unencrypted key of
@@ -245,7 +245,7 @@ struct Options {
                            holds its notifications; "poll": SECONDS reads it that often,
                            connecting as connect=auto does. Values on
                            P/ID/values/ADDRESS/SERVICE/CHARACTERISTIC (retained). A bad file
-                           stops gattway (exit 2). See README.md
+                           stops gattway (exit 2). See docs/mqtt.md
       --mqtt-expire-after SECONDS
                            Home Assistant shows a sensor unavailable after this long without
                            a message (default 600, 0: never); a sensor still heard has its
@@ -257,7 +257,8 @@ struct Options {
                            Assistant (its usual port is 6053; default host 127.0.0.1; port 0
                            picks a free port, printed at start): advertisements (the watch's,
                            which it starts if none runs), connections, GATT, notifications,
-                           pairing, through the same core as the REST API. See README.md
+                           pairing, through the same core as the REST API. See
+                           docs/esphome-proxy.md
       --esphome-key BASE64 the API's encryption key, as ESPHome's `api: encryption: key:`:
                            32 random bytes in base64 (head -c 32 /dev/urandom | base64).
                            Clients must then speak Noise with the same key; without it the API
@@ -305,7 +306,7 @@ struct Options {
 
     API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
     /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events on /v1/events (SSE)
-    and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See README.md, openapi.yaml.
+    and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See docs/, openapi.yaml.
     """
 
     enum ParseResult {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Docker/compose.mqtt.yaml as it is ("Many rooms" in README.md): Debian's mosquitto built from
+# Docker/compose.mqtt.yaml as it is ("Many rooms" in docs/mqtt.md): Debian's mosquitto built from
 # Docker/mosquitto.Dockerfile and two simulated gateways on a compose network, started with
 # Debian's docker-compose; then Tests/docker/compose_check.py checks what the broker holds
 # (availability, sensors heard by both, Home Assistant discovery without duplicate ids), kills

@@ -23,7 +23,7 @@ EXPOSED = [
 ]
 
 
-def test_the_readme_example_is_the_file_these_tests_expose():
+def test_the_docs_example_is_the_file_these_tests_expose():
     # With the battery read every 5 minutes there; every second here, to see a change.
     assert json.loads(EXAMPLES["mqtt-expose"]) == [EXPOSED[0], {**EXPOSED[1], "poll": 300}]
 

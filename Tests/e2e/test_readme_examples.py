@@ -1,8 +1,10 @@
-"""The README's polling examples, as written, against `gattway --simulate`: each block after a
-`<!-- checked by Tests/e2e/test_readme_examples.py: NAME -->` line is read from README.md and
-run (the shell line), or followed as its consumer would (Home Assistant's templates rendered
-with Jinja2, as Home Assistant renders them; Node-RED's http request and change nodes), with
-only the address changed to the test's gateway."""
+"""The documentation's examples, as written, against `gattway --simulate`: each block after a
+`<!-- checked by Tests/e2e/test_readme_examples.py: NAME -->` line is read from README.md or
+docs/*.md and run (the shell line, the Python), or followed as its consumer would (Home
+Assistant's templates rendered with Jinja2, as Home Assistant renders them; Node-RED's http
+request and change nodes), with only the address changed to the test's gateway. Each example
+must be where EXPECTED says, once: one that moves, goes or is marked twice fails the first test."""
+import glob
 import json
 import os
 import re
@@ -15,15 +17,40 @@ import yaml
 
 from conftest import ROOT, Gateway, wait_for
 
-MARK = re.compile(r"<!-- checked by Tests/e2e/test_readme_examples.py: (\S+) -->\n```\w*\n(.*?)```", re.S)
-EXAMPLES = dict(MARK.findall(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()))
+MARKER = "<!-- checked by Tests/e2e/test_readme_examples.py: "
+MARK = re.compile(re.escape(MARKER) + r"(\S+) -->\n```\w*\n(.*?)```", re.S)
+# Where each example lives. mqtt-expose: test_mqtt_expose.py runs it (it needs a broker).
+EXPECTED = {
+    "home-assistant-gatt": "docs/polling.md",
+    "home-assistant-sensor": "docs/sensors.md",
+    "curl": "docs/sensors.md",
+    "node-red": "docs/sensors.md",
+    "mqtt-expose": "docs/mqtt.md",
+    "pyserial": "docs/serial-ports.md",
+}
+
+
+def marked():
+    """(name, page, block) of every marked example in README.md and docs/, and the number of
+    lines that start with the marker (one not followed by a code block is counted, not found)."""
+    found, markers = [], 0
+    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)):
+        text = open(path, encoding="utf-8").read()
+        markers += len(re.findall("^" + re.escape(MARKER), text, re.M))
+        found += [(name, os.path.relpath(path, ROOT), block) for name, block in MARK.findall(text)]
+    return found, markers
+
+
+FOUND, MARKERS = marked()
+EXAMPLES = {name: block for name, _, block in FOUND}
 SENSOR = "F0:00:00:00:00:06"
-README_BASE = "http://127.0.0.1:8080"
+EXAMPLE_BASE = "http://127.0.0.1:8080"
 
 
-def test_the_readme_marks_every_example_this_file_checks():
-    # mqtt-expose: test_mqtt_expose.py runs it (it needs a broker).
-    assert set(EXAMPLES) == {"home-assistant-gatt", "home-assistant-sensor", "curl", "node-red", "mqtt-expose", "pyserial"}, EXAMPLES.keys()
+def test_the_docs_mark_every_example_this_file_checks_once_where_expected():
+    assert len(FOUND) == MARKERS, f"{MARKERS} markers, {len(FOUND)} followed by a code block"
+    where = sorted((name, page) for name, page, _ in FOUND)
+    assert where == sorted(EXPECTED.items()), where
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +62,9 @@ def gw():
 
 
 def fetch(gw, url):
-    """GET `url` (the README's address) from the test's gateway, as the consumer would."""
-    assert url.startswith(README_BASE), url
-    status, body, _ = gw.get(url[len(README_BASE):])
+    """GET `url` (the example's address) from the test's gateway, as the consumer would."""
+    assert url.startswith(EXAMPLE_BASE), url
+    status, body, _ = gw.get(url[len(EXAMPLE_BASE):])
     assert status == 200, (url, body)
     return body
 
