@@ -28,9 +28,9 @@ package struct EventTypes: OptionSet, Sendable, Hashable {
     package func contains(_ type: EventType) -> Bool { contains(EventTypes(type)) }
 }
 
-/// One event with its hub-wide sequence number (the SSE `id`, for `Last-Event-ID`). A class:
-/// the fan-out hands the same event to every client, and what selections look at is kept in
-/// plain fields, so that checking it copies nothing.
+/// One event with its hub-wide sequence number (what a client resumes after: `replayAfter`). A
+/// class: the fan-out hands the same event to every client, and what selections look at is kept
+/// in plain fields, so that checking it copies nothing.
 package final class HubEvent: Sendable {
     package let seq: UInt64
     package let time: Date
@@ -44,7 +44,7 @@ package final class HubEvent: Sendable {
     package let unchanged: Bool
     /// A value event that is the result of a read the gateway made (through `Gateway.readNow`),
     /// not a notification. Stream clients get both (`didUpdateValueFor`); a door whose protocol
-    /// tells them apart (the ESPHome API) forwards notifications only.
+    /// tells them apart forwards notifications only.
     package let readResult: Bool
 
     package init(seq: UInt64, time: Date, event: StreamEvent, readResult: Bool = false) {
@@ -121,9 +121,9 @@ package struct Selection: Sendable, Equatable {
 ///
 /// `publish` (on the central's thread, usually D-Bus's) only appends the event to a bounded
 /// inbox and wakes the fan-out thread, so BlueZ's thread never waits for clients. The fan-out
-/// thread numbers each event, keeps the last `ringSize` for `Last-Event-ID` replay, encodes it
-/// once per value format and offers it to each client, which writes what its transport takes
-/// and queues the rest (`StreamClient`). Clients are added and removed through the same thread,
+/// thread numbers each event, keeps the last `ringSize` for clients that resume after one,
+/// encodes it once per value format (and framing) and offers it to each client, which writes
+/// what its transport takes and queues the rest (`StreamClient`). Clients are added and removed through the same thread,
 /// so every client sees events in `seq` order and no live event overtakes a replay.
 ///
 /// Falling behind: an event that waited more than `maxLag` in the inbox is not delivered but
@@ -141,7 +141,8 @@ package final class EventHub: Sendable {
     /// Given to and lost for stream clients, summed (the clients count into it).
     package let counters = DeliveryCounters()
 
-    /// - Parameter keepAliveInterval: how often every SSE client gets a comment line.
+    /// - Parameter keepAliveInterval: how often each client's transport may say that an idle
+    ///   stream is alive (`EventTransport.keepAlive`).
     package init(keepAliveInterval: Duration = .seconds(15)) {
         let mailbox = Mailbox()
         self.mailbox = mailbox
@@ -310,7 +311,7 @@ package final class EventHub: Sendable {
 
         /// Client by client, so that the first socket is written while the others are still
         /// being served, and each gets the whole batch in one write; each event is encoded once
-        /// (per format) for all of them.
+        /// (per format and framing) for all of them.
         private func offer(_ events: [HubEvent], to targets: [StreamClient]) {
             var encodings = events.map { EventEncodings($0, fragments: fragments) }
             for client in targets {
