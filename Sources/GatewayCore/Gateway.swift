@@ -75,7 +75,7 @@ public final class Gateway: Sendable {
                 advertisements.heard(info)
             case .value(let update):
                 // Told apart here, on the central's thread, while a read's turn is still open.
-                hub.publish(.central(event), readResult: !values.noted(update))
+                hub.publish(.central(event), readResult: !values.keepIfNotification(update))
             default:
                 hub.publish(event)
             }
