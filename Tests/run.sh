@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README and CI run it:
-#   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door;
+#   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door,
+#      and below the doors no code names a route or a transport;
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
@@ -47,7 +48,7 @@ left_behind() {
     done
 }
 
-step "architecture: doors → core → BLE (imports and Package.swift)"
+step "architecture: doors → core → BLE (imports, Package.swift, no route or transport named below the doors)"
 python3 Tests/architecture/check.py
 python3 Tests/architecture/check.py --self-test  # the check catches the deliberate violations of a fixture
 
