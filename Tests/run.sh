@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README and CI run it:
-#   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door;
-#      the documentation's links (Tests/docs/check-links.py): every relative link and #anchor of
-#      README.md and docs/*.md leads to a file and heading that exist;
+#   0. the architecture check (Tests/architecture/check.py): no door imports another, the core no door,
+#      and below the doors no code names a route or a transport; the documentation's links
+#      (Tests/docs/check-links.py): every relative link and #anchor of README.md and docs/*.md leads
+#      to a file and heading that exist;
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
@@ -49,7 +50,7 @@ left_behind() {
     done
 }
 
-step "architecture: doors → core → BLE (imports and Package.swift)"
+step "architecture: doors → core → BLE (imports, Package.swift, no route or transport named below the doors)"
 python3 Tests/architecture/check.py
 python3 Tests/architecture/check.py --self-test  # the check catches the deliberate violations of a fixture
 

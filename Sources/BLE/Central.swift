@@ -1,6 +1,6 @@
 import FoundationEssentials
 
-/// What `/v1/state` reports: the manager state and why it is so.
+/// The manager state and why it is so.
 public struct ManagerStatus: Sendable, Equatable {
     public var state: ManagerState
     /// The adapter in use ("hci0"), once one is known.
@@ -177,7 +177,7 @@ public protocol Central: Sendable {
     /// older than its firmware). For a bonded device that costs the bond: refused unless
     /// `dropBond`. A device that was connected is connected again; its notifications are restored.
     func refreshGATT(_ id: BluetoothAddress, dropBond: Bool) async throws(BLEError) -> [GATTService]
-    /// The backend's own figures for `/metrics`.
+    /// The backend's own figures, for the doors' metrics.
     func diagnostics() -> [CentralMetric]
 }
 
@@ -192,7 +192,7 @@ extension Central {
     public func diagnostics() -> [CentralMetric] { [] }
 }
 
-/// A figure a backend reports about itself for `/metrics` (its own names: D-Bus calls, ...).
+/// A figure a backend reports about itself for the doors' metrics (its own names: D-Bus calls, ...).
 public struct CentralMetric: Sendable {
     public enum Kind: Sendable { case counter, gauge }
     public var name: String

@@ -1,6 +1,6 @@
 import FoundationEssentials
 
-/// How attribute values are written as text in the HTTP API.
+/// How attribute values are written as text for clients.
 public enum ValueFormat: String, Sendable, Hashable, CaseIterable {
     /// Two lowercase digits per byte, no separators.
     case hex

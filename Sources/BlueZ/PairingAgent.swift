@@ -201,7 +201,7 @@ final class PairingAgent: Sendable {
         if let upFront { return reply(question, with: upFront) }
         // Just Works that bluetoothd asks about while this side is pairing: this side asked for it.
         if request == .authorization && ours { return reply(question, with: .confirm(true)) }
-        log("\(id): pairing asks \(Self.describe(request)); waiting up to \(Connector.seconds(answerDeadline)) for POST /v1/devices/\(id)/pairing")
+        log("\(id): pairing asks \(Self.describe(request)); waiting up to \(Connector.seconds(answerDeadline)) for a client's answer")
         Task { [answerDeadline] in
             try? await Task.sleep(for: answerDeadline)
             self.unanswered(id, question.id)

@@ -1,5 +1,4 @@
 import BLE
-import Dispatch
 import ESPHomeAPI
 import Synchronization
 import Threading
@@ -22,12 +21,12 @@ final class Advertiser: Sendable {
     static let backlog = 256 * 1024
     static let logInterval = Duration.seconds(10)
 
-    private struct Report {
+    private struct Report: Sendable {
         let info: PeripheralInfo
         let at: ContinuousClock.Instant
     }
 
-    private struct Inbox {
+    private struct Reports: Sendable {
         var reports: [Report] = []
         /// Dropped because the inbox was full, not yet logged.
         var overflow = 0
@@ -42,8 +41,7 @@ final class Advertiser: Sendable {
         var lastLog: ContinuousClock.Instant?
     }
 
-    private let inbox = Mutex(Inbox())
-    private let wake = DispatchSemaphore(value: 0)
+    private let inbox = Inbox(Reports())
     private let subscribers = Mutex<[UInt64: Subscriber]>([:])
     private let overflowTotal = Atomic<Int>(0)
     private let log: @Sendable (String) -> Void
@@ -55,8 +53,10 @@ final class Advertiser: Sendable {
 
     /// Ends the thread.
     func stop() {
-        inbox.withLock { $0.stopped = true }
-        wake.signal()
+        inbox.post { i in
+            i.stopped = true
+            return true
+        }
     }
 
     func subscribe(_ client: APIClient) {
@@ -84,7 +84,7 @@ final class Advertiser: Sendable {
 
     /// A report from the central (its thread): queued, never waited on.
     func heard(_ info: PeripheralInfo) {
-        let signal = inbox.withLock { i -> Bool in
+        inbox.post { i in
             if i.reports.count >= Self.inboxLimit {
                 i.reports.removeFirst()
                 i.overflow += 1
@@ -93,14 +93,13 @@ final class Advertiser: Sendable {
             // A batch starts (the thread sets its deadline) or fills (the thread sends it).
             return i.reports.count == 1 || i.reports.count % Self.batchSize == 0
         }
-        if signal { wake.signal() }
     }
 
     // MARK: The thread
 
     private func run() {
         while true {
-            let (taken, deadline, overflow, stopped) = inbox.withLock { i -> ([Report], ContinuousClock.Instant?, Int, Bool) in
+            let (taken, deadline, overflow, stopped) = inbox.take { i -> ([Report], ContinuousClock.Instant?, Int, Bool) in
                 let overflow = i.overflow
                 i.overflow = 0
                 if i.stopped { return ([], nil, overflow, true) }
@@ -124,7 +123,7 @@ final class Advertiser: Sendable {
             }
             if stopped { return }
             if taken.isEmpty {
-                _ = wake.wait(timeout: deadline.map(Self.dispatchTime) ?? .distantFuture)
+                inbox.wait(until: deadline)
                 continue
             }
             var start = taken.startIndex
@@ -161,11 +160,5 @@ final class Advertiser: Sendable {
         }
         for client in clients { client.send(message) }
         for line in lines { log(line) }
-    }
-
-    private static func dispatchTime(_ instant: ContinuousClock.Instant) -> DispatchTime {
-        let (seconds, attoseconds) = (instant - .now).components
-        let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        return .now() + .nanoseconds(Int(clamping: nanoseconds))
     }
 }

@@ -47,7 +47,7 @@ final class Connections: Sendable {
     }
 
     let limit: Int
-    private let core: Core
+    private let bluetooth: GatewayBluetooth
     private let state = Mutex(State())
     private let lanes = Lanes<Key>(maxWaiting: 64)
     private let log: @Sendable (String) -> Void
@@ -58,9 +58,9 @@ final class Connections: Sendable {
     static let pairTimeout = Duration.seconds(25)
     static let cccd = BluetoothUUID(uint16: 0x2902)
 
-    init(limit: Int, core: Core, log: @escaping @Sendable (String) -> Void) {
+    init(limit: Int, bluetooth: GatewayBluetooth, log: @escaping @Sendable (String) -> Void) {
         self.limit = limit
-        self.core = core
+        self.bluetooth = bluetooth
         self.log = log
     }
 
@@ -116,7 +116,7 @@ final class Connections: Sendable {
     private func connectNow(_ key: Key, _ client: APIClient) async {
         let address = RawAdvertisement.address(key.device)
         do throws(BLEError) {
-            let info = try await core.connect(key.device, timeout: Self.connectTimeout)
+            let info = try await bluetooth.connect(key.device, timeout: Self.connectTimeout)
             let mtu = info.mtu ?? 23
             let kept = state.withLock { s -> Bool in
                 guard s.slots[key] != nil else { return false }
@@ -185,12 +185,12 @@ final class Connections: Sendable {
     func writeDescriptor(_ request: BluetoothGATTWriteDescriptorRequest, from client: APIClient) {
         let handle = UInt16(truncatingIfNeeded: request.handle)
         gatt(request.address, request.handle, from: client, { device throws(BLEError) in
-            let services = try await self.core.services(device)
+            let services = try await self.bluetooth.services(device)
             if let c = services.flatMap(\.characteristics).first(where: { $0.descriptors.contains { $0.handle == handle && $0.uuid == Self.cccd } }) {
                 let enable = (request.data.first ?? 0) & 0x03 != 0
                 try await self.setHold(Key(client: client.id, device: device), c.handle, enable)
             } else {
-                try await self.core.write(device, descriptor: handle, request.data)
+                try await self.bluetooth.write(device, descriptor: handle, request.data)
             }
             return [BluetoothGATTWriteResponse(address: request.address, handle: request.handle)]
         }, errorFor: .write)
@@ -199,16 +199,16 @@ final class Connections: Sendable {
     private func setHold(_ key: Key, _ handle: UInt16, _ on: Bool) async throws(BLEError) {
         let held = state.withLock { $0.slots[key]?.holds.contains(handle) == true }
         if on, !held {
-            try await core.hold(key.device, characteristic: handle)
+            try await bluetooth.hold(key.device, characteristic: handle)
             let kept = state.withLock { s -> Bool in
                 guard s.slots[key] != nil else { return false }
                 s.slots[key]!.holds.insert(handle)
                 return true
             }
-            if !kept { await core.release(key.device, characteristic: handle) }
+            if !kept { await bluetooth.release(key.device, characteristic: handle) }
         } else if !on, held {
             state.withLock { _ = $0.slots[key]?.holds.remove(handle) }
-            await core.release(key.device, characteristic: handle)
+            await bluetooth.release(key.device, characteristic: handle)
         }
     }
 
@@ -219,7 +219,7 @@ final class Connections: Sendable {
             return
         }
         do throws(BLEError) {
-            let info = try await core.pair(key.device, timeout: Self.pairTimeout)
+            let info = try await bluetooth.pair(key.device, timeout: Self.pairTimeout)
             client.send(BluetoothDevicePairingResponse(address: address, succeeded: info.paired))
         } catch {
             log("\(client.peer): \(key.device): pairing failed: \(error)")
@@ -232,7 +232,7 @@ final class Connections: Sendable {
     private func unpair(_ key: Key, _ client: APIClient) async {
         let address = RawAdvertisement.address(key.device)
         do throws(BLEError) {
-            try await core.removeBond(key.device)
+            try await bluetooth.removeBond(key.device)
             client.send(BluetoothDeviceUnpairingResponse(address: address, succeeded: true))
         } catch {
             log("\(client.peer): \(key.device): unpairing failed: \(error)")
@@ -246,7 +246,7 @@ final class Connections: Sendable {
     private func clearCache(_ key: Key, _ client: APIClient) async {
         let address = RawAdvertisement.address(key.device)
         do throws(BLEError) {
-            try await core.refreshGATT(key.device)
+            try await bluetooth.refreshGATT(key.device)
             client.send(BluetoothDeviceClearCacheResponse(address: address, succeeded: true))
         } catch {
             log("\(client.peer): \(key.device): clearing the GATT cache failed: \(error)")
@@ -263,7 +263,7 @@ final class Connections: Sendable {
         for key in keys {
             lanes.submit(key) {
                 // Up again meanwhile (a cache refresh, a kept device reconnected): nothing ended.
-                if (try? await self.core.peripheral(device))?.state == .connected { return }
+                if (try? await self.bluetooth.peripheral(device))?.state == .connected { return }
                 await self.release(key, .linkLost(error))
             }
         }
@@ -297,15 +297,15 @@ final class Connections: Sendable {
             if case .asked(let client) = ending { client.send(BluetoothDeviceConnectionResponse(address: address, connected: false)) }
             return
         }
-        for handle in slot.holds { await core.release(key.device, characteristic: handle) }
+        for handle in slot.holds { await bluetooth.release(key.device, characteristic: handle) }
         switch ending {
         case .linkLost(let error):
             slot.client.send(BluetoothDeviceConnectionResponse(address: address, connected: false, error: ProxyError.linkLost(error)))
         case .asked, .clientGone:
             let shared = state.withLock { s in s.slots.keys.contains { $0.device == key.device } }
-            if !shared, let info = try? await core.peripheral(key.device), info.state != .disconnected, info.reconnect == nil {
+            if !shared, let info = try? await bluetooth.peripheral(key.device), info.state != .disconnected, info.reconnect == nil {
                 do throws(BLEError) {
-                    try await core.disconnect(key.device)
+                    try await bluetooth.disconnect(key.device)
                 } catch {
                     log("\(slot.client.peer): \(key.device): disconnect failed: \(error)")
                 }

@@ -25,9 +25,9 @@ public final class ESPHomeProxy: Sendable {
     public init(_ configuration: APIServer.Configuration, name: String, version: String, gateway: Gateway, connections: Int = 3,
                 log: @escaping @Sendable (String) -> Void) async throws(APIServerError) {
         let identity = ProxyIdentity(name: name, version: version, encrypted: configuration.key != nil)
-        let core = Core(gateway: gateway)
-        let door = Door(identity: identity, core: core, connections: connections, log: log)
-        let adapter = await core.adapterAddress()
+        let bluetooth = GatewayBluetooth(gateway: gateway)
+        let door = Door(identity: identity, bluetooth: bluetooth, connections: connections, log: log)
+        let adapter = await bluetooth.adapterAddress()
         do {
             server = try APIServer(configuration, identity: door.serverIdentity(adapter), handler: door, log: log)
         } catch {
@@ -43,7 +43,7 @@ public final class ESPHomeProxy: Sendable {
     /// service type, the port and the TXT records, with the adapter's address as it is now.
     /// - Parameter network: "wifi" or "ethernet", what the host is on.
     public func announcement(network: String) async -> (name: String, type: String, port: UInt16, txt: [String]) {
-        let adapter = await door.core.adapterAddress()
+        let adapter = await door.bluetooth.adapterAddress()
         return (door.identity.name, ProxyIdentity.serviceType, port, door.identity.announcement(adapter: adapter, network: network))
     }
 
@@ -65,7 +65,7 @@ public final class ESPHomeProxy: Sendable {
 /// lanes or `ProxyScanner`'s, and device info on a task of its own (the adapter is looked up).
 final class Door: APIHandler {
     let identity: ProxyIdentity
-    let core: Core
+    let bluetooth: GatewayBluetooth
     let log: @Sendable (String) -> Void
     let connections: Connections
     let scanner: ProxyScanner
@@ -77,15 +77,15 @@ final class Door: APIHandler {
     /// Told when the adapter's address changes.
     let adapterChanged = HandlerSlot<Void>()
 
-    init(identity: ProxyIdentity, core: Core, connections: Int, log: @escaping @Sendable (String) -> Void) {
+    init(identity: ProxyIdentity, bluetooth: GatewayBluetooth, connections: Int, log: @escaping @Sendable (String) -> Void) {
         self.identity = identity
-        self.core = core
+        self.bluetooth = bluetooth
         self.log = log
-        let connections = Connections(limit: connections, core: core, log: log)
-        let scanner = ProxyScanner(core: core, log: log)
+        let connections = Connections(limit: connections, bluetooth: bluetooth, log: log)
+        let scanner = ProxyScanner(bluetooth: bluetooth, log: log)
         self.connections = connections
         self.scanner = scanner
-        follower = core.follow([.notification, .connection, .state]) { event in
+        follower = bluetooth.follow([.notification, .connection, .state]) { event in
             switch event.event {
             // Notifications only: a read's value comes as its answer (ESPHome tells them apart).
             case .central(.value(let update)) where !event.readResult: connections.notified(update)
@@ -97,7 +97,7 @@ final class Door: APIHandler {
     }
 
     func stop() {
-        core.unfollow(follower)
+        bluetooth.unfollow(follower)
         scanner.stop()
     }
 
@@ -145,7 +145,7 @@ final class Door: APIHandler {
             client.send(PingResponse())
         case .deviceInfo:
             Task {
-                let adapter = await core.adapterAddress()
+                let adapter = await bluetooth.adapterAddress()
                 noteAdapter(adapter)
                 client.send(identity.deviceInfo(adapter: adapter))
             }
@@ -169,22 +169,22 @@ final class Door: APIHandler {
             connections.handle(request, from: client)
         case .getServices(let request):
             let short = readsShortUUIDs(client)
-            connections.gatt(request.address, 0, from: client) { [core] device throws(BLEError) in
-                ServicePages.messages(address: request.address, services: try await core.services(device), shortUUIDs: short)
+            connections.gatt(request.address, 0, from: client) { [bluetooth] device throws(BLEError) in
+                ServicePages.messages(address: request.address, services: try await bluetooth.services(device), shortUUIDs: short)
             }
         case .read(let request):
-            connections.gatt(request.address, request.handle, from: client) { [core] device throws(BLEError) in
-                let data = try await core.read(device, characteristic: try Self.attHandle(request.handle))
+            connections.gatt(request.address, request.handle, from: client) { [bluetooth] device throws(BLEError) in
+                let data = try await bluetooth.read(device, characteristic: try Self.attHandle(request.handle))
                 return [BluetoothGATTReadResponse(address: request.address, handle: request.handle, data: data)]
             }
         case .readDescriptor(let request):
-            connections.gatt(request.address, request.handle, from: client) { [core] device throws(BLEError) in
-                let data = try await core.read(device, descriptor: try Self.attHandle(request.handle))
+            connections.gatt(request.address, request.handle, from: client) { [bluetooth] device throws(BLEError) in
+                let data = try await bluetooth.read(device, descriptor: try Self.attHandle(request.handle))
                 return [BluetoothGATTReadResponse(address: request.address, handle: request.handle, data: data)]
             }
         case .write(let request):
-            connections.gatt(request.address, request.handle, from: client, { [core] device throws(BLEError) in
-                try await core.write(device, characteristic: try Self.attHandle(request.handle), request.data, withResponse: request.response)
+            connections.gatt(request.address, request.handle, from: client, { [bluetooth] device throws(BLEError) in
+                try await bluetooth.write(device, characteristic: try Self.attHandle(request.handle), request.data, withResponse: request.response)
                 // A write without response is not answered (the client does not wait); its failure is.
                 return request.response ? [BluetoothGATTWriteResponse(address: request.address, handle: request.handle)] : []
             }, errorFor: .write)

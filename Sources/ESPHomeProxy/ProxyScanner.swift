@@ -28,7 +28,7 @@ final class ProxyScanner: Sendable {
         var warnedFilters = false
     }
 
-    private let core: Core
+    private let bluetooth: GatewayBluetooth
     let advertiser: Advertiser
     private let state = Mutex(State())
     private let lane = Lanes<Int>()
@@ -37,8 +37,8 @@ final class ProxyScanner: Sendable {
     /// comes as a hub event at once; a discovery BlueZ ended shows here).
     static let pollInterval = Duration.seconds(5)
 
-    init(core: Core, log: @escaping @Sendable (String) -> Void) {
-        self.core = core
+    init(bluetooth: GatewayBluetooth, log: @escaping @Sendable (String) -> Void) {
+        self.bluetooth = bluetooth
         self.log = log
         advertiser = Advertiser(log: log)
     }
@@ -50,7 +50,7 @@ final class ProxyScanner: Sendable {
             return (s.listener, s.poller)
         }
         poller?.cancel()
-        if let listener { core.stopListening(listener) }
+        if let listener { bluetooth.stopListening(listener) }
     }
 
     /// A client subscribes: it gets the advertisements from now on, and at once the scanner's
@@ -98,7 +98,7 @@ final class ProxyScanner: Sendable {
 
     private func startIfNeeded() async {
         if state.withLock({ $0.listener == nil }) {
-            let id = core.listen { [advertiser] in advertiser.heard($0) }
+            let id = bluetooth.listen { [advertiser] in advertiser.heard($0) }
             let poller = Task { [weak self] in
                 while (try? await Task.sleep(for: Self.pollInterval)) != nil { self?.refresh() }
             }
@@ -107,7 +107,7 @@ final class ProxyScanner: Sendable {
                 s.poller = poller
             }
         }
-        let watch = await core.watchStatus()
+        let watch = await bluetooth.watchStatus()
         if watch.watching {
             if let options = watch.options, options != WatchOptions(), !state.withLock({ s in defer { s.warnedFilters = true }; return s.warnedFilters }) {
                 log("advertisements: the watch runs with filters (GET /v1/watch); Home Assistant sees only the devices it follows")
@@ -115,7 +115,7 @@ final class ProxyScanner: Sendable {
             return
         }
         do {
-            let started = try await core.watchEverything()
+            let started = try await bluetooth.watchEverything()
             state.withLock { $0.ownWatch = started }
             log("advertisements: the watch started for Home Assistant, on every device")
         } catch {
@@ -131,13 +131,13 @@ final class ProxyScanner: Sendable {
             return (s.listener, s.poller, s.ownWatch)
         }
         poller?.cancel()
-        if let listener { core.stopListening(listener) }
+        if let listener { bluetooth.stopListening(listener) }
         guard let own else { return }
         // Only the watch it started: one replaced since (PUT /v1/watch) has another start.
-        let now = await core.watchStatus()
+        let now = await bluetooth.watchStatus()
         guard now.watching, now.since == own.since, now.options == own.options else { return }
         do {
-            try await core.stopWatch()
+            try await bluetooth.stopWatch()
             log("advertisements: no subscriber left: the watch started for them stopped")
         } catch {
             log("advertisements: stopping the watch: \(error.message)")
@@ -147,7 +147,7 @@ final class ProxyScanner: Sendable {
     /// Running while the watch discovers; starting while it waits for the adapter (it resumes by
     /// itself); stopped when there is no watch.
     private func currentState() async -> BluetoothScannerState {
-        let watch = await core.watchStatus()
+        let watch = await bluetooth.watchStatus()
         if !watch.watching { return .stopped }
         return watch.discovering ? .running : .starting
     }

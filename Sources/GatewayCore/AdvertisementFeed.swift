@@ -3,7 +3,7 @@ import Synchronization
 
 /// Every advertisement the central reports — the scan's (`advertisement`) and the watch's
 /// (`advertisementChanged`), duplicates included — for doors that pass each one on as it comes
-/// (the ESPHome API's Bluetooth proxy), beside the event hub: they need neither its JSON nor
+/// (a Bluetooth proxy), beside the event hub: they need neither its JSON nor
 /// its ring, and the watch's reports are not hub events.
 ///
 /// Listeners run on the central's thread, one after the other: each only hands the

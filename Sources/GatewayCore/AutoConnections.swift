@@ -29,8 +29,8 @@ package final class AutoConnections: Sendable {
     private let log: @Sendable (String) -> Void
     package let idleAfter: Duration
 
-    /// A poller's connect must answer within an HTTP client's patience (Home Assistant's REST
-    /// sensor waits 10 s).
+    /// A poller's connect must answer within its patience (Home Assistant's polling sensors
+    /// wait 10 s).
     package static let connectTimeout: Duration = .seconds(10)
 
     package init(central: BlocklistedCentral, holds: NotificationHolds, idleAfter: Duration, log: @escaping @Sendable (String) -> Void) {
@@ -156,7 +156,7 @@ package final class AutoConnections: Sendable {
             let idle = state.withLock { s -> Bool in
                 guard let owned = s.owned[id], s.busy[id] == nil else { return false }
                 guard !held else {
-                    // Streams or the REST API hold its notifications: in use; look again later.
+                    // Streams or a kept hold hold its notifications: in use; look again later.
                     s.owned[id]!.lastUse = .now
                     schedule(id, &s)
                     return false

@@ -6,7 +6,7 @@ import Threading
 /// A read, write or subscription that the device refuses for want of an authenticated or
 /// encrypted link, on a device that is not paired and has a key, pairs with that key and is
 /// tried once more; a pairing question for such a device (one BlueZ or the device starts) is
-/// answered with it; and `POST …/pair` without an answer uses it.
+/// answered with it; and a client's pairing without an answer uses it.
 ///
 /// Operations on a device with a key take turns here, so that when several need the pairing at
 /// once the first pairs and the others, after it, find the device paired (and connected again:

@@ -3,8 +3,8 @@ import BLE
 /// The central as clients may use it under the GATT blocklist: hidden attributes are left out
 /// of the tree and refused when addressed, excluded reads (notifications too) and writes are
 /// refused (`uuidNotAllowed`, 403), and values of characteristics clients may not read are not
-/// passed on as events. The gateway reaches the device only through this, so the REST routes,
-/// event streams, WebSocket commands and restored holds all keep the same list.
+/// passed on as events. The gateway reaches the device only through this, so every door's
+/// requests, event streams, stream commands and restored holds all keep the same list.
 ///
 /// Subscribing is a read: BlueZ writes the Client Characteristic Configuration itself
 /// (StartNotify), so the default `2902 exclude-writes` refuses only writing that descriptor

@@ -1,7 +1,7 @@
 import BLE
 import Synchronization
 
-/// The commands a WebSocket client sends, and their answers.
+/// The commands a stream client sends, and their answers.
 ///
 /// ```
 /// → {"op": "subscribe", "id": "1", "types": ["notification"], "device": "F0:..", "characteristic": "2a37", "format": "hex"}
@@ -59,7 +59,7 @@ package final class CommandSession: Sendable {
         var format: String?
         var length: Int?
         var written: Int?
-        /// A connect's or disconnect's outcome (MQTT commands): the device's `state`.
+        /// A connect's or disconnect's outcome (for a door that has those commands): the device's `state`.
         var state: String?
         var error: ErrorBody.Content?
 
@@ -113,7 +113,7 @@ package final class CommandSession: Sendable {
         case "read":
             let (device, ref) = try target(command)
             let format = try Parse.format(command.format)
-            // A use of the device, as a REST read is: one gattway connected for `connect=auto`
+            // A use of the device, as any client's read is: one gattway connected for `connect=auto`
             // is not idle meanwhile.
             let read = try await gateway.autoConnections.using(device) {
                 try await gateway.readNow(device, .characteristic(ref), offset: command.offset ?? 0)

@@ -10,19 +10,19 @@ package final class ResubscriptionCounters: Sendable {
     package let failed = Atomic<Int>(0)
 }
 
-/// What stream clients were given and lost, summed over every client (for `/metrics`).
+/// What stream clients were given and lost, summed over every client (for the doors' metrics).
 package final class DeliveryCounters: Sendable {
     package let delivered = Atomic<Int>(0)
     package let dropped = Atomic<Int>(0)
 }
 
-/// The last errors, newest last, at most `limit` of them (`GET /v1/errors`): what failed, on
+/// The last errors, newest last, at most `limit` of them: what failed, on
 /// which device, with the CoreBluetooth error and BlueZ's own words.
 package final class ErrorLog: Sendable {
     package struct Entry: Encodable, Sendable {
         var time: Date
         var device: String?
-        /// The request ("GET /v1/devices/{id}/characteristics/{char}/value") or what happened ("link").
+        /// The request, as the door that took it names it, or what happened ("link").
         var operation: String
         var error: ErrorBody.Content
         /// BlueZ's or D-Bus's error, as it said it.

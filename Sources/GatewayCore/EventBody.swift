@@ -3,7 +3,7 @@ import FoundationEssentials
 import Sensors
 import Threading
 
-/// The JSON of a stream event; the same object is an SSE `data:` line and a WebSocket message.
+/// The JSON of a stream event, the same object whatever framing a transport puts around it.
 /// Notifications take the hand-written path of `EventEncodings`, with the same fields.
 package struct EventBody: Encodable {
     package struct Attribute: Encodable {
@@ -34,7 +34,7 @@ package struct EventBody: Encodable {
     package var format: String?
     /// Counts this subscription's notifications of this characteristic: 1, 2, 3, ...
     package var sequence: UInt64?
-    /// The WebSocket subscription the event belongs to.
+    /// The named subscription the event belongs to.
     package var subscription: String?
     // sensor (and `device`)
     package var sensor: SensorReading?
@@ -121,6 +121,6 @@ package struct EventBody: Encodable {
         count = dropped
     }
 
-    /// One line of JSON (no pretty printing: SSE data must not span lines).
+    /// One line of JSON (no pretty printing: a framing may end an event at a line's end).
     package static func line(_ body: EventBody) -> [UInt8] { JSON.encodeCompact(body) }
 }

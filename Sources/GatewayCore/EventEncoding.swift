@@ -11,7 +11,8 @@ package struct EventEncodings {
     /// By format: a slot each rather than a dictionary, which hashed the format's name for
     /// every delivery.
     private var hex, base64, utf8: [UInt8]?
-    private var sse: [UInt8]?
+    /// What each framing writes before the event, by framing (one or two kinds: a short list).
+    private var heads: [(framing: ObjectIdentifier, bytes: [UInt8])] = []
     private let fragments: AttributeFragments?
 
     /// - Parameter fragments: the fan-out thread's cache of each characteristic's JSON.
@@ -46,18 +47,19 @@ package struct EventEncodings {
         }
     }
 
-    /// `id: <seq>\nevent: <type>\ndata: `, the SSE lines before the JSON.
-    package mutating func sseHead() -> [UInt8] {
-        if let sse { return sse }
-        let head = Array("id: \(event.seq)\nevent: \(event.type.rawValue)\ndata: ".utf8)
-        sse = head
-        return head
+    /// What `framing` writes before the event's JSON, made once for every client of that kind.
+    package mutating func head(_ framing: any EventFraming.Type) -> [UInt8] {
+        let key = ObjectIdentifier(framing)
+        for head in heads where head.framing == key { return head.bytes }
+        let bytes = framing.head(event)
+        heads.append((key, bytes))
+        return bytes
     }
 
     /// The whole JSON object: the shared part, then a client's own fields.
     package static func close(_ open: [UInt8], sequence: UInt64?, subscription: String?) -> [UInt8] {
         ClientEvent(head: [], open: open, sequence: sequence,
-                    subscription: subscription.map(ClientEvent.subscriptionField) ?? [], sse: false).bytes
+                    subscription: subscription.map(ClientEvent.subscriptionField) ?? [], tail: []).bytes
     }
 
     /// Notifications, the hot path, are written by hand; the rarer events go through their
@@ -236,15 +238,14 @@ public enum Timestamp {
     }
 }
 
-/// One event as a client receives it: the shared JSON, the client's own fields, and for SSE the
-/// `id:` (its seq, for `Last-Event-ID`), `event:` and `data:` framing (one line of JSON), written
-/// where it goes without an intermediate copy. A `dropped` notice has no `id:`.
+/// One event as a client receives it: its transport's framing around the shared JSON and the
+/// client's own fields, written where it goes without an intermediate copy.
 package struct ClientEvent {
     package let head: [UInt8]
     package let open: [UInt8]
     package let sequence: UInt64?
     package let subscription: [UInt8]
-    package let sse: Bool
+    package let tail: [UInt8]
 
     /// A literal, not an array: no lazy global and no reference count touched per delivery.
     private static let sequenceKey: StaticString = #","sequence":"#
@@ -258,13 +259,13 @@ package struct ClientEvent {
     }
 
     package var count: Int {
-        var count = head.count + open.count + subscription.count + 1 + (sse ? 2 : 0)
+        var count = head.count + open.count + subscription.count + 1 + tail.count
         if let sequence { count += Self.sequenceKey.utf8CodeUnitCount + Self.digits(sequence) }
         return count
     }
 
-    /// Runs once per delivery: empty parts (a WebSocket's head, an unnamed subscription) are
-    /// skipped rather than appended.
+    /// Runs once per delivery: empty parts (no framing, an unnamed subscription) are skipped
+    /// rather than appended.
     package func write(into bytes: inout [UInt8]) {
         if !head.isEmpty { bytes += head }
         bytes += open
@@ -275,10 +276,7 @@ package struct ClientEvent {
         }
         if !subscription.isEmpty { bytes += subscription }
         bytes.append(UInt8(ascii: "}"))
-        if sse {
-            bytes.append(0x0A)
-            bytes.append(0x0A)
-        }
+        if !tail.isEmpty { bytes += tail }
     }
 
     package var bytes: [UInt8] {

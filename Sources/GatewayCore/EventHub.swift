@@ -1,5 +1,4 @@
 import BLE
-import Dispatch
 import FoundationEssentials
 import Synchronization
 import Threading
@@ -28,9 +27,9 @@ package struct EventTypes: OptionSet, Sendable, Hashable {
     package func contains(_ type: EventType) -> Bool { contains(EventTypes(type)) }
 }
 
-/// One event with its hub-wide sequence number (the SSE `id`, for `Last-Event-ID`). A class:
-/// the fan-out hands the same event to every client, and what selections look at is kept in
-/// plain fields, so that checking it copies nothing.
+/// One event with its hub-wide sequence number (what a client resumes after: `replayAfter`). A
+/// class: the fan-out hands the same event to every client, and what selections look at is kept
+/// in plain fields, so that checking it copies nothing.
 package final class HubEvent: Sendable {
     package let seq: UInt64
     package let time: Date
@@ -44,7 +43,7 @@ package final class HubEvent: Sendable {
     package let unchanged: Bool
     /// A value event that is the result of a read the gateway made (through `Gateway.readNow`),
     /// not a notification. Stream clients get both (`didUpdateValueFor`); a door whose protocol
-    /// tells them apart (the ESPHome API) forwards notifications only.
+    /// tells them apart forwards notifications only.
     package let readResult: Bool
 
     package init(seq: UInt64, time: Date, event: StreamEvent, readResult: Bool = false) {
@@ -121,10 +120,11 @@ package struct Selection: Sendable, Equatable {
 ///
 /// `publish` (on the central's thread, usually D-Bus's) only appends the event to a bounded
 /// inbox and wakes the fan-out thread, so BlueZ's thread never waits for clients. The fan-out
-/// thread numbers each event, keeps the last `ringSize` for `Last-Event-ID` replay, encodes it
-/// once per value format and offers it to each client, which writes what its transport takes
-/// and queues the rest (`StreamClient`). Clients are added and removed through the same thread,
-/// so every client sees events in `seq` order and no live event overtakes a replay.
+/// thread numbers each event, keeps the last `ringSize` for clients that resume after one,
+/// encodes it once per value format (and framing) and offers it to each client, which writes
+/// what its transport takes and queues the rest (`StreamClient`). Clients are added and removed
+/// through the same thread, so every client sees events in `seq` order and no live event
+/// overtakes a replay.
 ///
 /// Falling behind: an event that waited more than `maxLag` in the inbox is not delivered but
 /// counted as dropped for every client that wanted it (they get a `dropped` event), so a
@@ -135,26 +135,35 @@ package final class EventHub: Sendable {
     package static let inboxLimit = 16_384
     package static let maxLag = Duration.seconds(1)
 
-    private let mailbox: Mailbox
+    private let inbox: Inbox<Mailbox>
     private let ids = Atomic<Int>(0)
     private let publishedCount = Atomic<Int>(0)
     /// Given to and lost for stream clients, summed (the clients count into it).
     package let counters = DeliveryCounters()
 
-    /// - Parameter keepAliveInterval: how often every SSE client gets a comment line.
+    /// - Parameter keepAliveInterval: how often each client's transport may say that an idle
+    ///   stream is alive (`EventTransport.keepAlive`).
     package init(keepAliveInterval: Duration = .seconds(15)) {
-        let mailbox = Mailbox()
-        self.mailbox = mailbox
-        Threads.start(name: "gattway-fanout") { FanOut(mailbox: mailbox, keepAliveInterval: keepAliveInterval).run() }
+        let inbox = Inbox(Mailbox())
+        self.inbox = inbox
+        Threads.start(name: "gattway-fanout") { FanOut(inbox: inbox, keepAliveInterval: keepAliveInterval).run() }
     }
 
-    deinit { mailbox.post(.stop) }
+    deinit { post(.stop) }
 
     package func publish(_ event: CentralEvent) { publish(.central(event)) }
 
     package func publish(_ event: StreamEvent, readResult: Bool = false) {
         publishedCount.add(1, ordering: .relaxed)
-        mailbox.publish(Published(event: event, time: Date(), at: .now, readResult: readResult))
+        let published = Published(event: event, time: Date(), at: .now, readResult: readResult)
+        inbox.post { m in
+            if m.events.count >= Self.inboxLimit {
+                m.events.removeFirst()
+                m.overflow += 1
+            }
+            m.events.append(published)
+            return true
+        }
     }
 
     /// Events published since start.
@@ -162,11 +171,11 @@ package final class EventHub: Sendable {
 
     /// Registers a client; events after `lastEventID` still in the ring are offered first.
     package func add(_ client: StreamClient, replayAfter lastEventID: UInt64? = nil) {
-        mailbox.post(.add(client, replayAfter: lastEventID))
+        post(.add(client, replayAfter: lastEventID))
     }
 
     package func remove(_ client: StreamClient) {
-        mailbox.post(.remove(client.id))
+        post(.remove(client.id))
     }
 
     package func newClientID() -> Int { ids.wrappingAdd(1, ordering: .relaxed).newValue }
@@ -174,7 +183,14 @@ package final class EventHub: Sendable {
     /// Returns once every event published and every client added before the call has been
     /// through the fan-out thread (offered to the clients).
     package func offered() async {
-        await withCheckedContinuation { mailbox.post(.barrier($0)) }
+        await withCheckedContinuation { post(.barrier($0)) }
+    }
+
+    private func post(_ command: Command) {
+        inbox.post { m in
+            m.commands.append(command)
+            return true
+        }
     }
 
     package struct Published: Sendable {
@@ -192,51 +208,16 @@ package final class EventHub: Sendable {
     }
 
     /// What `publish`, `add` and `remove` leave for the fan-out thread.
-    private final class Mailbox: Sendable {
-        struct Contents {
-            var events: [Published] = []
-            var commands: [Command] = []
-            /// Events dropped because the inbox was full.
-            var overflow = 0
-            /// The thread was woken and has not emptied the mailbox yet.
-            var signalled = false
-        }
-        let contents = Mutex(Contents())
-        let wake = DispatchSemaphore(value: 0)
-
-        func publish(_ event: Published) {
-            let signal = contents.withLock { c -> Bool in
-                if c.events.count >= EventHub.inboxLimit {
-                    c.events.removeFirst()
-                    c.overflow += 1
-                }
-                c.events.append(event)
-                defer { c.signalled = true }
-                return !c.signalled
-            }
-            if signal { wake.signal() }
-        }
-
-        func post(_ command: Command) {
-            let signal = contents.withLock { c -> Bool in
-                c.commands.append(command)
-                defer { c.signalled = true }
-                return !c.signalled
-            }
-            if signal { wake.signal() }
-        }
-
-        func take() -> Contents {
-            contents.withLock { c in
-                defer { c = Contents() }
-                return c
-            }
-        }
+    private struct Mailbox: Sendable {
+        var events: [Published] = []
+        var commands: [Command] = []
+        /// Events dropped because the inbox was full.
+        var overflow = 0
     }
 
     /// The fan-out thread's state, touched by that thread only.
     private final class FanOut {
-        let mailbox: Mailbox
+        let inbox: Inbox<Mailbox>
         let keepAliveInterval: Duration
         var seq: UInt64 = 0
         var ring: [HubEvent] = []
@@ -253,19 +234,19 @@ package final class EventHub: Sendable {
         }
         let fragments = AttributeFragments()
 
-        init(mailbox: Mailbox, keepAliveInterval: Duration) {
-            self.mailbox = mailbox
+        init(inbox: Inbox<Mailbox>, keepAliveInterval: Duration) {
+            self.inbox = inbox
             self.keepAliveInterval = keepAliveInterval
         }
 
         func run() {
             var nextKeepAlive = ContinuousClock.now + keepAliveInterval
             while true {
-                let left = ContinuousClock.now.duration(to: nextKeepAlive)
-                let (seconds, attoseconds) = left.components
-                let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-                _ = mailbox.wake.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds)))
-                let contents = mailbox.take()
+                inbox.wait(until: nextKeepAlive)
+                let contents = inbox.take { m in
+                    defer { m = Mailbox() }
+                    return m
+                }
                 var barriers: [CheckedContinuation<Void, Never>] = []
                 for command in contents.commands {
                     switch command {
@@ -310,7 +291,7 @@ package final class EventHub: Sendable {
 
         /// Client by client, so that the first socket is written while the others are still
         /// being served, and each gets the whole batch in one write; each event is encoded once
-        /// (per format) for all of them.
+        /// (per format and framing) for all of them.
         private func offer(_ events: [HubEvent], to targets: [StreamClient]) {
             var encodings = events.map { EventEncodings($0, fragments: fragments) }
             for client in targets {

@@ -1,11 +1,11 @@
 import BLE
 
-/// Connecting and disconnecting for clients of every door (REST, MQTT, …).
+/// Connecting and disconnecting for clients of every door.
 extension Gateway {
     package static let defaultConnectTimeout = 30.0
     package static let maximumConnectTimeout = 300.0
 
-    /// A client's connect (REST, MQTT): `timeout` in seconds; kept connected as `autoReconnect`
+    /// A client's connect: `timeout` in seconds; kept connected as `autoReconnect`
     /// (or `--auto-reconnect`) says.
     package func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> DeviceBody {
         DeviceBody(try await connectPeripheral(id, timeout: timeout, autoReconnect: autoReconnect))
@@ -25,7 +25,7 @@ extension Gateway {
         }
     }
 
-    /// A client's disconnect (REST, MQTT): no longer kept connected either.
+    /// A client's disconnect: no longer kept connected either.
     package func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> DeviceBody {
         restoration.kept(id, false)
         return DeviceBody(try await autoConnections.clientDisconnects(id) { () async throws(BLEError) in

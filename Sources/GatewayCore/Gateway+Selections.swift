@@ -1,6 +1,6 @@
 import BLE
 
-/// What stream clients select (SSE queries, WebSocket and MQTT `subscribe` commands), and the
+/// What stream clients select (a stream's query, or a `subscribe` command), and the
 /// notification hold a selection of one characteristic takes.
 extension Gateway {
     /// `?types=notification,connection&device=...&characteristic=2a37&format=hex&everyPacket=true`.

@@ -3,7 +3,7 @@ import FoundationEssentials
 import Sensors
 
 extension Gateway {
-    /// A device as REST answers show it: with its reading, when it advertises one.
+    /// A device as answers to clients show it: with its reading, when it advertises one.
     package func deviceBody(_ info: PeripheralInfo) -> DeviceBody {
         DeviceBody(info, sensor: sensors.hear(info)?.reading)
     }
@@ -22,7 +22,7 @@ package struct SensorBody: Encodable {
     /// Present (true) when the device has not been heard for `--stale-after`, as in its device entry.
     package var stale: Bool?
     package var reading: SensorReading
-    /// The gateway that heard it (`--gateway-id`), in what the MQTT bridge publishes.
+    /// The gateway that heard it (`--gateway-id`), for a door whose clients hear several.
     package var gateway: String?
 
     package init(_ info: PeripheralInfo, _ current: SensorBoard.Current, now: Date) {
@@ -49,7 +49,7 @@ extension Parse {
     }
 }
 
-/// `PUT /v1/watch`: every field optional.
+/// A client's watch: every field optional.
 package struct WatchRequest: Codable, Equatable, Sendable, StrictDecodable {
     package var devices: [String]?
     package var services: [String]?
@@ -76,7 +76,7 @@ package struct WatchRequest: Codable, Equatable, Sendable, StrictDecodable {
         self.rssi = rssi
     }
 
-    /// The options as `GET /v1/watch` shows them.
+    /// The options as clients are shown them.
     package init(_ o: WatchOptions) {
         self.init(devices: o.devices.isEmpty ? nil : o.devices.map(\.description),
                   services: o.services.isEmpty ? nil : o.services.map(\.uuidString), namePrefix: o.namePrefix, rssi: o.rssi)

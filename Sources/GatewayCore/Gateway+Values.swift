@@ -3,8 +3,8 @@ import BLE
 /// Reading values for every door: reads keep whole values (`ValueCache`) for later `maxAge`
 /// answers, and a device's tree is kept for while it is not connected.
 extension Gateway {
-    /// Reads from the device, keeping a whole value for later `maxAge` requests (REST and
-    /// WebSocket reads alike, so that no read's value event is taken for a notification).
+    /// Reads from the device, keeping a whole value for later `maxAge` requests (every door's
+    /// reads alike, so that no read's value event is taken for a notification).
     package func readNow(_ id: BluetoothAddress, _ target: ValueTarget, offset: Int) async throws(BLEError) -> AttributeValue {
         let (handle, _) = try central.readable(target, in: try await tree(id))
         return try await values.reading(.init(device: id, handle: handle), whole: offset == 0) { () async throws(BLEError) in

@@ -2,19 +2,19 @@ import BLE
 import Sensors
 import Synchronization
 
-/// The gateway's core over a `Central`: what every door (the HTTP API, the MQTT bridge, …)
-/// shares — the central as the blocklist lets clients use it, the event hub, notification holds,
-/// what outlives gattway (restoration), devices kept connected and `connect=auto` connections,
-/// the value cache, the sensor board and the diagnostics. It knows no door and no transport.
+/// The gateway's core over a `Central`: what every door shares — the central as the blocklist
+/// lets clients use it, the event hub, notification holds, what outlives gattway (restoration),
+/// devices kept connected and `connect=auto` connections, the value cache, the sensor board and
+/// the diagnostics. It knows no door and no transport.
 public final class Gateway: Sendable {
     /// The backend as the blocklist lets clients use it.
     package let central: BlocklistedCentral
-    /// The GATT blocklist in force (`GET /v1/blocklist`).
+    /// The GATT blocklist in force.
     package let blocklist: Blocklist
     public let version: String
     package let hub: EventHub
     package let holds: NotificationHolds
-    /// Each device's latest sensor reading (`/v1/sensors`, a device's `sensor`, `sensor` events).
+    /// Each device's latest sensor reading (the sensor list, a device's `sensor`, `sensor` events).
     package let sensors: SensorBoard
     /// Whether a connect without `autoReconnect` keeps the device connected.
     package let autoReconnect: Bool
@@ -75,7 +75,7 @@ public final class Gateway: Sendable {
                 advertisements.heard(info)
             case .value(let update):
                 // Told apart here, on the central's thread, while a read's turn is still open.
-                hub.publish(.central(event), readResult: !values.noted(update))
+                hub.publish(.central(event), readResult: !values.keepIfNotification(update))
             default:
                 hub.publish(event)
             }
@@ -91,8 +91,9 @@ public final class Gateway: Sendable {
         }
     }
 
-    /// Restores what the state directory says (the scan, kept devices, REST holds); kept devices
-    /// that cannot connect now are tried again by the central. `GET /v1/restoration` reports it.
+    /// Restores what the state directory says (the scan, kept devices, kept holds); kept devices
+    /// that cannot connect now are tried again by the central. `restoration.lastReport` says
+    /// how it went.
     public func restore() async { await restoration.restore(central: central, holds: holds) }
 
     /// `--watch`: starts watching every device, unless the state file restores a watch (with

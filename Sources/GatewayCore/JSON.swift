@@ -5,11 +5,11 @@ import FoundationEssentials
 /// (unknown keys are refused, so a typo such as "service" for "services" is an error, not a
 /// silent no-op).
 package enum JSON {
-    /// How a REST body is laid out.
+    /// How a body is laid out for a client.
     package enum Layout {
-        /// One line, keys sorted: what programs read, and what `GET /v1/devices` keeps.
+        /// One line, keys sorted: what programs read, and what a device list keeps.
         case compact
-        /// Indented, keys sorted: `?pretty` (`?pretty=1`, `?pretty=true`; `0` and `false` mean compact).
+        /// Indented, keys sorted: for people, who ask for it.
         case pretty
 
         fileprivate var formatting: JSONEncoder.OutputFormatting {
@@ -20,7 +20,7 @@ package enum JSON {
         }
     }
 
-    /// A REST body, ending with a newline (so that curl's output ends its line).
+    /// A body, ending with a newline (so that a terminal's output ends its line).
     package static func encode<T: Encodable>(_ value: T, _ layout: Layout = .compact) -> [UInt8] {
         encode(value, formatting: layout.formatting) + [UInt8(ascii: "\n")]
     }

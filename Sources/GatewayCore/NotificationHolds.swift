@@ -3,8 +3,8 @@ import Synchronization
 import Threading
 
 /// One BlueZ notification subscription serves every client: each client (a stream
-/// subscription, or the REST `POST .../notifications`) holds the characteristic; the first
-/// hold starts notifications, the last release stops them.
+/// subscription, or a kept hold that no connection carries) holds the characteristic; the
+/// first hold starts notifications, the last release stops them.
 package final class NotificationHolds: Sendable {
     package struct Key: Hashable, Sendable {
         package var device: BluetoothAddress
@@ -18,8 +18,8 @@ package final class NotificationHolds: Sendable {
 
     private let central: Central
     private let counts = Mutex<[Key: Int]>([:])
-    /// The REST API's own holds (`POST`/`DELETE .../notifications`): one per characteristic.
-    private let restHolds = Mutex<Set<Key>>([])
+    /// The kept holds (`keep`, `releaseKept`): one per characteristic.
+    private let kept = Mutex<Set<Key>>([])
     /// Per characteristic, acquire and release run one after another, so that two first holds
     /// cannot both start notifications and a release cannot overtake the acquire it undoes.
     /// Other characteristics (and devices) do not wait for them. The line is as long as the
@@ -47,23 +47,24 @@ package final class NotificationHolds: Sendable {
         await serially(key) { await self.releaseNow(key) }
     }
 
-    /// `POST .../notifications`: the REST API holds the characteristic (once). In the same
-    /// order as every other hold of it, so a second POST answers after the first has finished.
-    package func holdForREST(_ key: Key) async throws(BLEError) {
+    /// A kept hold: a client's hold that outlives its connection (and, through `Restoration`,
+    /// a restart) until `releaseKept`; one hold however often it is asked for. In the same
+    /// order as every other hold of it, so a second ask answers after the first has finished.
+    package func keep(_ key: Key) async throws(BLEError) {
         try await serially(key) { () async -> Result<Void, BLEError> in
-            guard !self.restHolds.withLock({ $0.contains(key) }) else { return .success(()) }
+            guard !self.kept.withLock({ $0.contains(key) }) else { return .success(()) }
             let result = await self.acquireNow(key)
-            if case .success = result { self.restHolds.withLock { _ = $0.insert(key) } }
+            if case .success = result { self.kept.withLock { _ = $0.insert(key) } }
             return result
         }.get()
     }
 
-    /// A REST hold kept from an earlier run (state restoration): held whatever the device can do
+    /// A kept hold from an earlier run (state restoration): held whatever the device can do
     /// now. The central starts notifications when it can (now, at the device's next connection,
     /// or when the characteristic appears) and reports each outcome (`.resubscribed`).
-    package func restoreForREST(_ key: Key) async {
+    package func restoreKept(_ key: Key) async {
         await serially(key) {
-            guard self.restHolds.withLock({ $0.insert(key).inserted }) else { return }
+            guard self.kept.withLock({ $0.insert(key).inserted }) else { return }
             let first = self.counts.withLock { c -> Bool in
                 c[key, default: 0] += 1
                 return c[key] == 1
@@ -72,10 +73,10 @@ package final class NotificationHolds: Sendable {
         }
     }
 
-    /// `DELETE .../notifications`: the REST API lets go; streams may still hold it.
-    package func releaseForREST(_ key: Key) async {
+    /// Ends the kept hold, if there is one; streams may still hold the characteristic.
+    package func releaseKept(_ key: Key) async {
         await serially(key) {
-            guard self.restHolds.withLock({ $0.remove(key) != nil }) else { return }
+            guard self.kept.withLock({ $0.remove(key) != nil }) else { return }
             await self.releaseNow(key)
         }
     }

@@ -4,7 +4,7 @@ import Glibc
 import Synchronization
 
 /// CoreBluetooth's state restoration (`willRestoreState`), for a gateway: what the clients asked
-/// for that should outlive gattway — devices to keep connected, the REST API's notification holds,
+/// for that should outlive gattway — devices to keep connected, kept notification holds,
 /// a running scan and its filters, the watch a client started — kept in `<state dir>/state.json` and restored at start.
 ///
 /// The file is written whenever that changes, atomically (a temporary file, fsync, rename,
@@ -21,15 +21,15 @@ package final class Restoration: Sendable {
         var version = 1
         /// Devices kept connected (connected with `autoReconnect`).
         var devices: [String] = []
-        /// The REST API's notification holds (`POST …/notifications`), by handle.
+        /// Kept notification holds (`NotificationHolds.keep`), by handle.
         var holds: [Hold] = []
-        /// The running scan, as its `POST /v1/scan` body said (only scans without a timeout).
+        /// The running scan, as the client's request said (only scans without a timeout).
         var scan: ScanRequest?
-        /// The watch, as its `PUT /v1/watch` body said (not one that `--watch` started).
+        /// The watch, as the client's request said (not one that `--watch` started).
         var watch: WatchRequest?
     }
 
-    /// What the last start restored, for `GET /v1/restoration`.
+    /// What the last start restored, for the doors to show.
     package struct Report: Encodable, Sendable {
         package struct Item: Encodable, Sendable {
             package var kind: String
@@ -61,7 +61,7 @@ package final class Restoration: Sendable {
     private let loaded = Mutex<Desired?>(nil)
 
     /// `directory` nil: nothing is kept. The state file is read here, before anything is
-    /// served, so that `GET /v1/restoration` says from the first request whether it was loaded;
+    /// served, so that the report says from the first request whether it was loaded;
     /// `restore` then acts on it.
     package init(directory: String?, log: @escaping @Sendable (String) -> Void) {
         file = directory.map { $0 + "/state.json" }
@@ -198,7 +198,7 @@ package final class Restoration: Sendable {
     // MARK: - Restoring
 
     /// Reads the state and asks for it again: the watch, the scan (when Bluetooth is not usable
-    /// yet, once it is), each REST hold (held from now on; the central starts its notifications
+    /// yet, once it is), each kept hold (held from now on; the central starts its notifications
     /// whenever the device is connected and has the characteristic, and says how it went), and
     /// each kept device (the central keeps trying those it cannot connect now).
     package func restore(central: Central, holds: NotificationHolds) async {
@@ -216,7 +216,7 @@ package final class Restoration: Sendable {
             }
             // Noted before it is asked for: the outcome may come at once.
             note("hold", "\(id) \(AttributeSelector.format(handle))", "pending")
-            await holds.restoreForREST(NotificationHolds.Key(device: id, characteristic: handle))
+            await holds.restoreKept(NotificationHolds.Key(device: id, characteristic: handle))
         }
         for text in state.devices {
             guard let id = BluetoothAddress(text) else {

@@ -1,7 +1,7 @@
 import BLE
 import Synchronization
 
-/// One stream client (an SSE response or a WebSocket): its selections and its bounded queue.
+/// One stream client (a door's event stream): its selections and its bounded queue.
 ///
 /// The hub's fan-out thread offers it events; it writes what its transport takes at once and
 /// queues the rest as encoded messages. The transport says when it has room again
@@ -13,9 +13,9 @@ import Synchronization
 /// `dropLimit` events in a row is disconnected.
 package final class StreamClient: Sendable {
     package enum Transport: Sendable {
-        /// A door's stream (the HTTP API's SSE bodies and WebSockets).
+        /// A door's stream, which frames each event as its wire format wants (`EventFraming`).
         case stream(any EventTransport)
-        /// In-process: every event is handed over as it comes (the MQTT bridge), which bounds its own queue.
+        /// In-process: every event is handed over as it comes, to a door that bounds its own queue.
         case sink(EventSink)
     }
 
@@ -23,8 +23,12 @@ package final class StreamClient: Sendable {
     package let queueLimit: Int
     package let dropLimit: Int
     package let transport: Transport
-    /// Where deliveries and losses are summed over all clients (`/metrics`).
+    /// Where deliveries and losses are summed over all clients (the doors' metrics).
     package let counters: DeliveryCounters?
+    /// The transport's framing (nil: each event is its JSON alone) and what it writes after
+    /// each event, read once here rather than for every delivery.
+    private let framing: (any EventFraming.Type)?
+    private let tail: [UInt8]
 
     private struct SequenceKey: Hashable {
         /// The subscription's number (names are strings: slower to hash for every event).
@@ -62,7 +66,13 @@ package final class StreamClient: Sendable {
         self.transport = transport
         self.queueLimit = queueLimit
         self.dropLimit = dropLimit
-        if case .stream(let stream) = transport { stream.onWritable { [weak self] in self?.flush() } }
+        if case .stream(let stream) = transport {
+            framing = stream.framing
+            tail = stream.framing?.tail ?? []
+            stream.onWritable { [weak self] in self?.flush() }
+        } else {
+            (framing, tail) = (nil, [])
+        }
     }
 
     package func select(_ selection: Selection, as name: String) {
@@ -92,9 +102,8 @@ package final class StreamClient: Sendable {
         state.withLock { s in !s.closed && s.subscriptions.values.contains { $0.selection.matches(event) } }
     }
 
-    /// Writes or queues the event for each selection that wants it (on the hub's thread); a
-    /// WebSocket's bytes wait for `flushTransport()`, which the hub calls once per batch of
-    /// events. Returns true when the client has lost too many events and must be disconnected.
+    /// Writes or queues the event for each selection that wants it (on the hub's thread); what
+    /// is written waits for `flushTransport()`, which the hub calls once per batch of events. Returns true when the client has lost too many events and must be disconnected.
     package func offer(_ event: HubEvent, _ encodings: inout EventEncodings) -> Bool {
         state.withLock { s in
             guard !s.closed else { return false }
@@ -104,9 +113,9 @@ package final class StreamClient: Sendable {
                 if let device = event.device, let handle = event.characteristicHandle {
                     sequence = Self.next(in: &s.sequences, SequenceKey(subscription: subscription.number, device: device, characteristic: handle))
                 }
-                let message = ClientEvent(head: isSSE ? encodings.sseHead() : [], open: encodings.open(subscription.selection.format),
-                                      sequence: sequence, subscription: named || !name.isEmpty ? subscription.field : [],
-                                      sse: isSSE)
+                let message = ClientEvent(head: framing.map { encodings.head($0) } ?? [],
+                                          open: encodings.open(subscription.selection.format), sequence: sequence,
+                                          subscription: named || !name.isEmpty ? subscription.field : [], tail: tail)
                 if case .sink(let sink) = transport {
                     sink.deliver(event, name, message.bytes)
                     counters?.delivered.add(1, ordering: .relaxed)
@@ -157,9 +166,9 @@ package final class StreamClient: Sendable {
         if case .stream(let stream) = transport { stream.flush() }
     }
 
-    /// For SSE: a comment line, so that proxies keep an idle stream open.
+    /// Lets an idle stream's transport say it is alive (what keeps proxies from closing it).
     package func keepAlive() {
-        guard case .stream(let stream) = transport, stream.isSSE else { return }
+        guard case .stream(let stream) = transport else { return }
         state.withLock { s in
             if !s.closed && s.waiting == 0 { stream.keepAlive() }
         }
@@ -193,7 +202,7 @@ package final class StreamClient: Sendable {
             // The count goes out with the event after the gap, not one notice per lost event
             // while the transport has room for notices only.
             let json = JSON.encodeCompact(EventBody(dropped: s.dropped))
-            let notice = isSSE ? Array("event: dropped\ndata: ".utf8) + json + [0x0A, 0x0A] : json
+            let notice = framing?.dropped(json) ?? json
             let next = s.waiting > 0 ? s.pending[s.head].count : 0
             guard room() >= notice.count + next + 2 * 10, write(notice) else { return }
             s.dropped = 0
@@ -212,7 +221,7 @@ package final class StreamClient: Sendable {
         }
     }
 
-    /// Bytes the transport takes now (a WebSocket frame header adds up to 10).
+    /// Bytes the transport takes now (its own header, if any, adds up to 10).
     private func room() -> Int {
         switch transport {
         case .stream(let stream): stream.room
@@ -234,17 +243,13 @@ package final class StreamClient: Sendable {
         case .sink(let sink): sink.notice(message.bytes)
         }
     }
-
-    private var isSSE: Bool {
-        if case .stream(let stream) = transport { stream.isSSE } else { false }
-    }
 }
 
-/// Where a stream client's events are written: a door's transport (the HTTP API's SSE bodies and
-/// WebSockets). Called on the hub's thread, under the client's lock: nothing here may wait.
+/// Where a stream client's events are written: a door's transport. Called on the hub's thread,
+/// under the client's lock: nothing here may wait.
 package protocol EventTransport: Sendable {
-    /// Server-Sent Events' framing (`id:`, `event:`, `data:` lines), or one message per event.
-    var isSSE: Bool { get }
+    /// How each event's JSON is framed; nil: each event is its JSON alone (one message).
+    var framing: (any EventFraming.Type)? { get }
     /// Bytes it takes now.
     var room: Int { get }
     /// Writes and sends `bytes`, or refuses them all (false) when there is no room.
@@ -254,15 +259,16 @@ package protocol EventTransport: Sendable {
     func flush()
     /// `handler` runs whenever there is room again after a refusal.
     func onWritable(_ handler: @escaping @Sendable () -> Void)
-    /// What keeps an idle stream open through proxies (an SSE comment).
+    /// Called every keep-alive interval while nothing waits to be written: what keeps an idle
+    /// stream open through proxies, if its wire format has such a thing.
     func keepAlive()
     /// Ends the stream for `reason` (the client read too slowly).
     func disconnect(reason: String)
 }
 
 /// Where a `.sink` client's events go: the event (nil for a `dropped` notice), the name of the
-/// subscription that selected it, and its JSON as a WebSocket client would get it. Called on the
-/// hub's thread: it must not wait.
+/// subscription that selected it, and its JSON, unframed. Called on the hub's thread: it must
+/// not wait.
 package final class EventSink: Sendable {
     package let deliver: @Sendable (HubEvent?, String, [UInt8]) -> Void
     package init(_ deliver: @escaping @Sendable (HubEvent?, String, [UInt8]) -> Void) { self.deliver = deliver }
@@ -272,4 +278,17 @@ package final class EventSink: Sendable {
         deliver(nil, "", json)
         return true
     }
+}
+
+/// How a transport frames each event's JSON on its wire, written by the door that owns the
+/// transport: the core hands over events and `dropped` notices as JSON and knows no wire format.
+/// A framing is a kind (a type), not an instance: what it writes before an event depends on the
+/// event alone, so the hub makes it once per event for all the clients of that kind.
+package protocol EventFraming: Sendable {
+    /// Bytes before an event's JSON.
+    static func head(_ event: HubEvent) -> [UInt8]
+    /// Bytes after each event's JSON.
+    static var tail: [UInt8] { get }
+    /// A `dropped` notice as the transport sends it; `json` is its JSON object.
+    static func dropped(_ json: [UInt8]) -> [UInt8]
 }

@@ -62,10 +62,11 @@ package final class ValueCache: Sendable {
         return value
     }
 
-    /// A value event: a notification (true), unless a read of the attribute is under way (false:
-    /// the read's own value, which the read keeps).
+    /// Whether a value event is a notification, which is kept here; false (nothing kept) while
+    /// a read of the attribute is under way: the event is that read's own value, which the read
+    /// keeps.
     @discardableResult
-    package func noted(_ update: ValueUpdate) -> Bool {
+    package func keepIfNotification(_ update: ValueUpdate) -> Bool {
         let key = Key(device: update.device, handle: update.characteristicHandle)
         guard state.withLock({ $0.reading[key] == nil }) else { return false }
         let value = AttributeValue(handle: update.characteristicHandle, uuid: update.characteristicUUID, value: update.value)

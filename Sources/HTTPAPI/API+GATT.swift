@@ -138,15 +138,16 @@ extension API {
 
     // MARK: - Operations
 
-    /// The REST API is one more holder of the characteristic's notifications, beside the
-    /// stream clients; BlueZ's subscription lasts while anyone holds it. Refused before any hold
+    /// `POST`/`DELETE .../notifications`: a kept hold, one more holder of the characteristic's
+    /// notifications beside the stream clients (and restored after a restart); BlueZ's
+    /// subscription lasts while anyone holds it. Refused before any hold
     /// is taken or given back when the characteristic cannot notify.
     private func setNotify(_ enabled: Bool, _ request: Request) async throws -> NotifyState {
         let id = try Self.deviceID(request)
         let c = try await characteristic(request)
         try c.requireNotifiable()
         let key = NotificationHolds.Key(device: id, characteristic: c.handle)
-        if enabled { try await holds.holdForREST(key) } else { await holds.releaseForREST(key) }
+        if enabled { try await holds.keep(key) } else { await holds.releaseKept(key) }
         restoration.held(id, c.handle, enabled)
         return NotifyState(handle: handleText(c.handle), uuid: c.uuid.uuidString, isNotifying: holds.count(key) > 0)
     }

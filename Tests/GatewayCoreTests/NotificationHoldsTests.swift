@@ -81,22 +81,22 @@ import GatewayTesting
         #expect(central.notify.all == [on(key), on(key), off(key)])
     }
 
-    @Test func theRESTHoldIsOneHoldHoweverOftenItIsTaken() async throws {
-        try await holds.holdForREST(key)
-        try await holds.holdForREST(key)
+    @Test func aKeptHoldIsOneHoldHoweverOftenItIsAskedFor() async throws {
+        try await holds.keep(key)
+        try await holds.keep(key)
         #expect(holds.count(key) == 1)
         #expect(central.notify.all == [on(key)])
-        await holds.releaseForREST(key)
+        await holds.releaseKept(key)
         #expect(holds.count(key) == 0)
         #expect(central.notify.all == [on(key), off(key)])
     }
 
-    /// Without a REST hold, `releaseForREST` neither stops notifications nor takes a stream's hold.
-    @Test func aRESTReleaseWithoutARESTHoldDoesNothing() async throws {
-        await holds.releaseForREST(key)
+    /// Without a kept hold, `releaseKept` neither stops notifications nor takes a stream's hold.
+    @Test func releasingWithoutAKeptHoldDoesNothing() async throws {
+        await holds.releaseKept(key)
         #expect(central.notify.all == [])
         try await holds.acquire(key)
-        await holds.releaseForREST(key)
+        await holds.releaseKept(key)
         #expect(holds.count(key) == 1)
         #expect(central.notify.all == [on(key)])
     }

@@ -15,7 +15,7 @@ import Testing
     @Test func valuesExpireAfterMaxAge() {
         let now = Mutex(ContinuousClock.now)
         let cache = ValueCache(clock: { now.withLock { $0 } })
-        cache.noted(update([1]))
+        cache.keepIfNotification(update([1]))
         now.withLock { $0 += .seconds(30) }
         #expect(cache.entry(key, uuid: uuid, maxAge: .seconds(30))?.value.value == [1])
         #expect(cache.entry(key, uuid: uuid, maxAge: .seconds(29)) == nil)
@@ -25,12 +25,12 @@ import Testing
     @Test func aValueSignalledDuringAReadIsTheReads() async throws {
         let cache = ValueCache()
         let read = try await cache.reading(key, whole: true) { () async throws(BLEError) in
-            cache.noted(update([5]))
+            cache.keepIfNotification(update([5]))
             return AttributeValue(handle: 0x1d, uuid: uuid, value: [5])
         }
         #expect(read.value == [5])
         #expect(cache.entry(key, uuid: uuid, maxAge: .seconds(60))?.origin == .read)
-        cache.noted(update([6]))
+        cache.keepIfNotification(update([6]))
         #expect(cache.entry(key, uuid: uuid, maxAge: .seconds(60))?.origin == .notification)
     }
 
@@ -44,7 +44,7 @@ import Testing
         let now = Mutex(ContinuousClock.now)
         let cache = ValueCache(capacity: 2, clock: { now.withLock { $0 } })
         for handle: UInt16 in 1...3 {
-            cache.noted(update([UInt8(handle)], handle: handle))
+            cache.keepIfNotification(update([UInt8(handle)], handle: handle))
             now.withLock { $0 += .seconds(1) }
         }
         #expect(cache.count == 2)

@@ -75,6 +75,28 @@ private func events(_ text: String) throws -> [[String: Any]] {
         #expect(client.sequenceCounters == 0)
     }
 
+    /// SSE frames an event as `id:` (its seq), `event:` (its type) and one `data:` line of JSON,
+    /// then a blank line; a `dropped` notice as `event: dropped` and its `data:`, with no `id:`.
+    @Test func sseFramesEachEventAndTheDroppedNotice() throws {
+        let body = StreamBody(capacityBytes: 1 << 20)
+        let client = StreamClient(id: 1, transport: .stream(SSETransport(body: body)))
+        client.select(Selection(), as: "")
+        let event = HubEvent(seq: 5, time: Date(), event: .central(.connection(id: heartRate.device, state: .connected, error: nil)))
+        var encodings = EventEncodings(event)
+        #expect(client.offer(event, &encodings) == false)
+        client.flushTransport()
+        #expect(client.noteDropped(3) == false)
+        let frames = drain(body).components(separatedBy: "\n\n")
+        #expect(frames.count == 3 && frames.last == "")
+        let eventLines = frames[0].split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(eventLines.prefix(2) == ["id: 5", "event: connection"])
+        #expect(eventLines.count == 3 && eventLines[2].hasPrefix("data: {"))
+        #expect(try events(frames[0]).first?["seq"] as? Int == 5)
+        let noticeLines = frames[1].split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(noticeLines.count == 2 && noticeLines[0] == "event: dropped")
+        #expect(try events(frames[1]).first?["count"] as? Int == 3)
+    }
+
     @Test func aClientThatLosesTooManyAsksToBeDisconnected() {
         let body = StreamBody(capacityBytes: 200)
         let client = StreamClient(id: 1, transport: .stream(SSETransport(body: body)), queueLimit: 2, dropLimit: 5)

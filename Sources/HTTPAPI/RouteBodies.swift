@@ -1,8 +1,10 @@
 import BLE
 import FoundationEssentials
+import GatewayCore
 import Sensors
 
-import GatewayCore
+// JSON shapes of the HTTP API's own routes (those every door shows are GatewayCore's Bodies.swift);
+// names as in openapi.yaml's components.
 
 struct AdapterBody: Encodable {
     var id: String

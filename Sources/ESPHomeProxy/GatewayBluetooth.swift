@@ -1,11 +1,11 @@
 import BLE
 import GatewayCore
 
-/// What the door uses of gattway's core, in one place: the central as clients may use it (the
+/// Bluetooth as the gateway's core offers it to this door, in one place: the central as clients may use it (the
 /// GATT blocklist applied), the advertisements it reports, the event hub, notification holds,
 /// and connections as every door makes them. A device Home Assistant connects is one the REST
 /// API lists as connected, and the other way round.
-struct Core: Sendable {
+struct GatewayBluetooth: Sendable {
     let gateway: Gateway
 
     /// The address of the adapter gattway uses, nil while there is none.
