@@ -61,8 +61,9 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
         .target(name: "Sockets"),
-        // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
-        .target(name: "Access", dependencies: ["HTTPServer", "Threading"]),
+        // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes,
+        // and the exposure policy (no listener beyond loopback without credentials, unless told).
+        .target(name: "Access", dependencies: ["HTTPServer", "Sockets", "Threading"]),
         // The browser dashboard's static files, embedded in the binary; served by Gateway.
         .target(name: "Dashboard", exclude: ["make-names.py"], resources: [
             .embedInCode("Resources/index.html"), .embedInCode("Resources/app.js"), .embedInCode("Resources/style.css"),
