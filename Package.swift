@@ -2,8 +2,9 @@
 // gattway: BLE devices over HTTP, on BlueZ via D-Bus.
 // Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge, ESPHomeProxy) → GatewayCore → (BLE, Sensors);
 // HTTPAPI → (Access → HTTPServer, Dashboard); ESPHomeProxy → ESPHomeAPI → (CNettle, CLinux, Threading); BlueZ → (DBus, BLE);
-// executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM); Sensors → (AESCCM, BLE). No door imports
-// another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
+// executables → Launch (options, start and teardown) → (Access, the doors' option types);
+// executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM);
+// Sensors → (AESCCM, BLE). No door imports another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
 // CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
 
@@ -61,8 +62,9 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
         // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
         .target(name: "Sockets"),
-        // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes.
-        .target(name: "Access", dependencies: ["HTTPServer", "Threading"]),
+        // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes,
+        // and the exposure policy (no listener beyond loopback without credentials, unless told).
+        .target(name: "Access", dependencies: ["HTTPServer", "Sockets", "Threading"]),
         // The browser dashboard's static files, embedded in the binary; served by Gateway.
         .target(name: "Dashboard", exclude: ["make-names.py"], resources: [
             .embedInCode("Resources/index.html"), .embedInCode("Resources/app.js"), .embedInCode("Resources/style.css"),
@@ -93,7 +95,11 @@ let package = Package(
         // writes), shared by its TCP ports (`--serial`) and the HTTP API's WebSocket route.
         .target(name: "SerialBridge", dependencies: ["GatewayCore", "BLE", "Sockets", "Threading"]),
 
-        .executableTarget(name: "gattway", dependencies: ["GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Avahi", "Access",
+        // How gattway is launched: its options, described once in a table (command line, --config,
+        // GATTWAY_* and --help come from it), and the services it starts, stopped in reverse.
+        // The executable's wiring, apart so that it can be tested; only executables import it.
+        .target(name: "Launch", dependencies: ["Access", "BLE", "ESPHomeAPI", "MQTT", "MQTTBridge", "SerialBridge"]),
+        .executableTarget(name: "gattway", dependencies: ["Launch", "GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Avahi", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
         .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
@@ -108,6 +114,7 @@ let package = Package(
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
+        .testTarget(name: "LaunchTests", dependencies: ["Launch", "Access", "BLE"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),
         // Fakes the gateway's tests share (a Central, a broker).
         .target(name: "GatewayTesting", dependencies: ["GatewayCore", "BLE", "Sensors", "Threading"], path: "Tests/GatewayTesting"),

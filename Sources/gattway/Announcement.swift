@@ -1,7 +1,9 @@
+import Access
 import Avahi
 import DBus
 import ESPHomeProxy
 import Glibc
+import Launch
 
 /// `--esphome-api` beyond loopback: the proxy announced on the local network as an ESPHome node
 /// (`_esphomelib._tcp` with its TXT records) through avahi-daemon on the system bus, so that
@@ -9,7 +11,7 @@ import Glibc
 /// says) changes. An API served on loopback only is not announced: nothing on the network could
 /// reach it.
 func announce(_ proxy: ESPHomeProxy, options: Options) async -> ServiceAnnouncer? {
-    guard !Options.isLoopback(options.esphomeHost) else {
+    guard !Exposure.isLoopback(options.esphomeHost) else {
         log("mdns: the ESPHome API listens on \(options.esphomeHost) only: not announced")
         return nil
     }

@@ -1,5 +1,6 @@
 import BLE
 import Glibc
+import Launch
 
 extension Options {
     /// The GATT blocklist in force: the default list unless left out, and each `--blocklist` file.

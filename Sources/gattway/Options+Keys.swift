@@ -1,5 +1,7 @@
 import BLE
+import GatewayCore
 import Glibc
+import Launch
 import Sensors
 
 extension Options {
@@ -25,5 +27,28 @@ extension Options {
         } catch {
             throw UsageError("\(error)")
         }
+    }
+}
+
+func reloadSensorKeys(_ options: Options, _ gateway: Gateway) {
+    reloadKeys("sensors", "bind key(s)", options.sensorKeysFile, read: options.sensorKeys, count: \.count,
+               inForce: gateway.sensorKeyCount, replace: gateway.replaceSensorKeys)
+}
+
+func reloadPairingKeys(_ options: Options, _ gateway: Gateway) {
+    reloadKeys("pairing", "key(s)", options.pairingKeysFile, read: options.pairingKeys, count: \.count,
+               inForce: gateway.pairingKeyCount, replace: gateway.replacePairingKeys)
+}
+
+/// A keys file read again on SIGHUP: put in force, or, when it cannot be used, the keys in force
+/// kept (the log says why).
+private func reloadKeys<Keys>(_ topic: String, _ noun: String, _ file: String?, read: () throws(UsageError) -> Keys,
+                              count: (Keys) -> Int, inForce: Int, replace: (Keys) -> Void) {
+    do {
+        let keys = try read()
+        replace(keys)
+        log("\(topic): SIGHUP: \(count(keys)) \(noun) from \(file ?? "")")
+    } catch {
+        log("\(topic): SIGHUP: \(error.message); keeping the \(inForce) \(noun) in force", .warning)
     }
 }

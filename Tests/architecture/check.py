@@ -19,7 +19,9 @@ under Sources/, and fails (exit 1, each violation on a line) when:
     door that asked logs its own words; framing belongs to the door's transport. Comments are
     not checked (they may say which door shows a thing), nor URLs (`http://` is data: a D-Bus
     DTD, an Eddystone URL scheme), nor import lines (the rules above cover those).
-The executables (Sources/gattway, Sources/gattway-sim) wire everything and may import anything.
+The executables (Sources/gattway, Sources/gattway-sim) wire everything and may import anything;
+so may their wiring (Launch: the options and the start, apart to be tested), which nothing but
+an executable may import.
 
 Usage: Tests/architecture/check.py [ROOT]   (default: the repository). `--self-test` runs it on
 Tests/architecture/wrong-imports/ and wrong-words/, trees with deliberate violations, and fails
@@ -34,6 +36,7 @@ DOORS = {"HTTPAPI", "MQTTBridge", "ESPHomeProxy", "SerialBridge"}
 TRANSPORTS = {"HTTPServer", "MQTT", "Access", "Dashboard", "Sockets", "CMicroHTTPD", "CMosquitto"}
 BACKENDS = {"BlueZ", "DBus", "CDBus", "Simulator"}
 EXECUTABLES = {"gattway", "gattway-sim"}
+WIRING = {"Launch"}
 # Door → door edges that are part of the design: {door: {doors it fronts}}.
 FRONTS = {"HTTPAPI": {"SerialBridge"}}
 # Below the doors: no route, no transport, no door named in code.
@@ -81,13 +84,16 @@ def forbidden(module, ours):
     """What `module` may not know, and why."""
     if module in EXECUTABLES:
         return {}
+    if module in WIRING:
+        return {e: "an executable" for e in EXECUTABLES}
+    wiring = {w: "the executables' wiring" for w in WIRING}
     if module in CORE:
-        return {**{d: "a door" for d in DOORS}, **{t: "a transport" for t in TRANSPORTS}, **{b: "a backend" for b in BACKENDS}}
+        return {**{d: "a door" for d in DOORS}, **{t: "a transport" for t in TRANSPORTS}, **{b: "a backend" for b in BACKENDS}, **wiring}
     if module in DOORS:
-        return {**{d: "another door" for d in DOORS - {module} - FRONTS.get(module, set())}, **{b: "a backend (doors reach Bluetooth through the core)" for b in BACKENDS}}
+        return {**{d: "another door" for d in DOORS - {module} - FRONTS.get(module, set())}, **{b: "a backend (doors reach Bluetooth through the core)" for b in BACKENDS}, **wiring}
     if module == "BLE":
         return {o: "BLE is the model: it knows no module of ours" for o in ours - {"BLE"}}
-    return {**{c: "the core (a library below it)" for c in CORE}, **{d: "a door (a library below the core)" for d in DOORS}}
+    return {**{c: "the core (a library below it)" for c in CORE}, **{d: "a door (a library below the core)" for d in DOORS}, **wiring}
 
 
 def code_of(text):

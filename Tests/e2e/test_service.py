@@ -136,6 +136,47 @@ def test_the_packaged_config_file_lists_every_option():
     assert sorted(listed - options) == []
 
 
+# --- the start and its one teardown ----------------------------------------------------------
+
+def start_that_fails(args):
+    """gattway with the simulator, the ESPHome API and a serial port, and `args` that make a later
+    step fail: its exit status, its log, and the names its teardown stopped, in order."""
+    out = subprocess.run([binary("gattway"), "--simulate", "--listen", "127.0.0.1:0", "--state-dir", "none",
+                          "--esphome-api", "127.0.0.1:0", "--serial", "127.0.0.1:0=F0:00:00:00:00:02", *args],
+                         capture_output=True, text=True, timeout=30)
+    stopping = [line.split("stopping: ", 1)[1] for line in out.stderr.splitlines() if " stopping: " in line]
+    assert len(stopping) == 1, out.stderr
+    return out.returncode, out.stderr, stopping[0].split(", ")
+
+
+def closed(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_start_that_fails_stops_every_door_it_had_started(tmp_path):
+    """The MQTT bridge cannot start (its CA file is not there) after the HTTP API, the ESPHome API
+    and a serial port listen: each of them is stopped, then the gateway, BlueZ and the simulator."""
+    status, log, stopped = start_that_fails(["--mqtt", "mqtts://127.0.0.1:1", "--mqtt-ca", str(tmp_path / "missing.pem")])
+    assert status == 2 and "gattway: --mqtt: TLS" in log, log
+    assert stopped == ["mDNS", "ESPHome API", "HTTP server", "serial ports", "gateway", "BlueZ", "simulator", "SIGHUP"]
+    esphome = int(re.search(r"esphome: listening on 127\.0\.0\.1:(\d+)", log).group(1))
+    serial = int(re.search(r"serial port 127\.0\.0\.1:(\d+) serves", log).group(1))
+    assert closed(esphome) and closed(serial)
+    assert "listening on http" not in log  # never ready
+
+
+def test_a_door_that_cannot_listen_stops_those_started_before_it():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status, log, stopped = start_that_fails(["--esphome-api", f"127.0.0.1:{port}"])
+    assert status == 1 and "gattway: --esphome-api:" in log, log
+    assert stopped == ["HTTP server", "serial ports", "gateway", "BlueZ", "simulator", "SIGHUP"]
+    assert "serial port 127.0.0.1" not in log  # opened after the ESPHome API: never
+
+
 # --- the journal ------------------------------------------------------------------------------
 
 def run_with_stderr_pipe(args, journal_stream):

@@ -1,0 +1,2 @@
+// Deliberately wrong: a door reaches up into the executables' wiring (their options).
+import Launch
