@@ -9,7 +9,8 @@
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
 #      pairing through the API (passkey entry), pyserial through the serial ports, aioesphomeapi
 #      through the ESPHome proxy; then, on the same VM, a device kept connected with two holds
-#      through 10 bluetoothd restarts and 10 link losses (alone: the VM boots best on a quiet machine);
+#      through 10 bluetoothd restarts and 20 outages of 2 to 30 s that swallow its first reconnect
+#      attempt (alone: the VM boots best on a quiet machine);
 #   then three jobs side by side, each with its own log, printed when all have ended:
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
 #      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
@@ -143,8 +144,9 @@ if [ -x "$shared/realbluez/start" ]; then
     done
     if $booted; then
         # The scenario, then on the same VM the reliability tests (10 bluetoothd restarts in a
-        # row, then 10 link losses, with two holds), which print how long each recovery took
-        # (about 25 s a restart, 8 s a link loss). All of it within 20 minutes.
+        # row, then the device out of range for 2, 5, 10 and 30 s, five times each, with two
+        # holds), which print how long each recovery took (about 25 s a restart, the outage and
+        # 3 s for an outage; 9 to 10 minutes in all). All of it within 20 minutes.
         log=.build/realbluez-pytest.log rc=0
         GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
             $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_serial_realbluez.py \

@@ -133,6 +133,10 @@ public protocol Central: Sendable {
     /// (or a failed first attempt) it tries again on its `ReconnectPolicy`'s schedule, and
     /// restores the notifications it had, until `disconnect`.
     func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo
+    /// Waits, at most `listening`, to hear the device advertise (discovering meanwhile), then
+    /// connects as `connect` does, without keeping it: how a link lost is made again, so that no
+    /// attempt waits in the kernel for a device that is not there. Not heard: `connectionTimeout`.
+    func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo
     /// Disconnects, and stops keeping the device connected.
     func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo
 
@@ -183,6 +187,10 @@ public protocol Central: Sendable {
 
 extension Central {
     public var peripheralsVersion: UInt64? { nil }
+    /// A central that cannot listen connects at once.
+    public func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo {
+        try await connect(id, timeout: timeout, autoReconnect: false)
+    }
     public func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
         throw BLEError(.operationNotSupported, "this central cannot watch")
     }
@@ -237,11 +245,14 @@ public struct ReconnectStatus: Sendable, Equatable {
     public var nextAttempt: Date?
     /// Why the link went down, or the last attempt failed.
     public var lastError: BLEError?
+    /// The attempt is due and waits to hear the device advertise before it connects.
+    public var listening: Bool
 
-    public init(attempt: Int, nextAttempt: Date?, lastError: BLEError?) {
+    public init(attempt: Int, nextAttempt: Date?, lastError: BLEError?, listening: Bool = false) {
         self.attempt = attempt
         self.nextAttempt = nextAttempt
         self.lastError = lastError
+        self.listening = listening
     }
 }
 

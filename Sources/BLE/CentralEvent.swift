@@ -14,8 +14,9 @@ public enum CentralEvent: Sendable, Equatable {
     case advertisementChanged(PeripheralInfo)
     /// `didConnect` / `didDisconnectPeripheral`; `error` is nil when this side disconnected.
     case connection(id: BluetoothAddress, state: PeripheralState, error: BLEError?)
-    /// A device kept connected (`autoReconnect`) lost its link: attempt `attempt` starts after `delay`.
-    case reconnecting(id: BluetoothAddress, attempt: Int, delay: Duration)
+    /// A device kept connected (`autoReconnect`) lost its link: attempt `attempt` starts after `delay`;
+    /// `error` says why the link went down or the last attempt failed.
+    case reconnecting(id: BluetoothAddress, attempt: Int, delay: Duration, error: BLEError?)
     /// `didUpdateValueFor`: a notification or indication, or the result of a read.
     case value(ValueUpdate)
     /// Notifications wanted on (`setNotifyValue(true)`, `keepNotifying`) were started again after a

@@ -30,9 +30,10 @@ public final class BlueZCentral: Central {
     /// after it went away, it reports `unsupported` and connects again with backoff.
     public convenience init(busAddress address: String, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
                             staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
-                            pairing: PairingOptions = PairingOptions(), log: @escaping @Sendable (String) -> Void = { _ in }) {
+                            pairing: PairingOptions = PairingOptions(), recovery: RecoveryOptions = RecoveryOptions(),
+                            log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
-                  pairing: pairing, log: log) { () throws(BusError) in
+                  pairing: pairing, recovery: recovery, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
     }
@@ -43,13 +44,15 @@ public final class BlueZCentral: Central {
     /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
     public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
                 forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10), pairing: PairingOptions = PairingOptions(),
+                recovery: RecoveryOptions = RecoveryOptions(),
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
         let scanner = Scanner(link: link, events: events, staleAfter: staleAfter, forgetAfter: forgetAfter, log: log)
-        let connector = Connector(link: link, events: events, list: scanner,
-                                  queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)), policy: reconnectPolicy, log: log)
+        let reset = AdapterReset(link: link, enabled: recovery.resetAdapter, interval: recovery.resetInterval, log: log)
+        let connector = Connector(link: link, events: events, list: scanner, queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)),
+                                  policy: reconnectPolicy, adapterReset: reset, log: log)
         self.link = link
         self.scanner = scanner
         self.connector = connector
@@ -134,6 +137,16 @@ public final class BlueZCentral: Central {
         settle(id)
         await gatt.resubscribe(id)
         return info
+    }
+
+    public func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo {
+        let hearing = scanner.hearing
+        let ours = !hearing.isListened(id)  // a kept device is listened for already: left as it is
+        if ours { await scanner.listen(id) }
+        let heard = await hearing.wait(id, within: listening)
+        if ours { await scanner.stopListening(id) }
+        guard heard else { throw BLEError(.connectionTimeout, "\(id) was not heard advertising within \(Connector.seconds(listening))") }
+        return try await connect(id, timeout: timeout, autoReconnect: false)
     }
 
     public func disconnect(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
@@ -266,6 +279,8 @@ public final class BlueZCentral: Central {
                           Double(scanner.restartCount)),
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "waiting")], Double(unrestored.waiting)),
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "failed")], Double(unrestored.failed)),
+            CentralMetric("gattway_adapter_resets_total", "Adapters powered off and on because connects kept failing as a stale link makes them.",
+                          .counter, Double(connector.adapterReset.resets)),
         ]
     }
 }
@@ -283,5 +298,18 @@ public struct PairingOptions: Sendable {
         self.io = io
         self.defaultAgent = defaultAgent
         self.answerDeadline = answerDeadline
+    }
+}
+
+/// The last step of recovery: whether gattway may reset (power off and on) an adapter on which
+/// connects keep failing as a stale link makes them fail, and how often at most.
+public struct RecoveryOptions: Sendable {
+    public var resetAdapter: Bool
+    public var resetInterval: Duration
+
+    /// Allowed, at most once in 5 minutes.
+    public init(resetAdapter: Bool = true, resetInterval: Duration = .seconds(300)) {
+        self.resetAdapter = resetAdapter
+        self.resetInterval = resetInterval
     }
 }

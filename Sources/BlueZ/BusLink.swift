@@ -32,6 +32,8 @@ final class BusLink: Sendable {
 
     /// How long a discovery call may take before it counts as failed.
     static let callDeadline: Duration = .seconds(10)
+    /// How long reading an object's properties again may take.
+    static let readDeadline: Duration = .seconds(2)
 
     private enum BusState: Sendable {
         case starting
@@ -70,10 +72,13 @@ final class BusLink: Sendable {
         }
     }
 
+    /// Reads an object's properties again. A mirror kept by signals only looks here to catch a
+    /// signal BlueZ did not send: an answer that does not come soon is not waited for (seen in
+    /// the lab: a GetAll unanswered for 25 s while the link it would have shown down was down).
     func getAllProperties(_ path: ObjectPath, _ interface: String) async throws(BusError) -> [String: Value] {
         do throws(BusError) {
             guard let connection else { throw Self.noBus }
-            let props = try await connection.getAllProperties(BlueZ.service, path, interface)
+            let props = try await connection.getAllProperties(BlueZ.service, path, interface, timeout: Self.readDeadline)
             counted("GetAll", nil)
             return props
         } catch {

@@ -7,31 +7,39 @@ import Threading
 /// Connections: connect and disconnect with their deadlines and BlueZ's workarounds, which
 /// device is in transition, what a lost link means (whose disconnection it was), and keeping
 /// devices connected (`autoReconnect`): after an unexpected disconnection another attempt on
-/// the `ReconnectPolicy`'s schedule, until an explicit disconnect or an error that will not
-/// change.
+/// the `ReconnectPolicy`'s schedule, each once the device has been heard advertising since,
+/// until an explicit disconnect or an error that will not change.
+///
+/// Recovery escalates as a careful stack does: wait to hear the device before connecting; a
+/// link that comes up without its services is ended; connects that fail as a stale link makes
+/// them fail, twice in a row, reset the adapter (`AdapterReset`).
 final class Connector: Sendable {
-    private let link: BusLink
-    private let events: HandlerSlot<CentralEvent>
-    private let log: @Sendable (String) -> Void
+    let link: BusLink
+    let events: HandlerSlot<CentralEvent>
+    let log: @Sendable (String) -> Void
     /// Each device's operations, one at a time (connect, disconnect and GATT alike): BlueZ
     /// answers InProgress to a second one while one runs.
     let queues: SerialQueues<BluetoothAddress>
-    private let waiters = Waiters()
+    let waiters = Waiters()
     /// Devices this side is disconnecting: their disconnection is no error.
-    private let disconnecting = Mutex<Set<BluetoothAddress>>([])
+    let disconnecting = Mutex<Set<BluetoothAddress>>([])
     /// The device list, which shows devices in transition and kept ones.
-    private let list: Scanner
+    let list: Scanner
     let policy: ReconnectPolicy
     /// Devices kept connected, and where each stands.
-    private let kept = Mutex<[BluetoothAddress: Kept]>([:])
+    let kept = Mutex<[BluetoothAddress: Kept]>([:])
     /// Devices whose link is up, as the tree last said: a reload that loses one is a disconnection.
-    private let up = Mutex<Set<BluetoothAddress>>([])
+    let up = Mutex<Set<BluetoothAddress>>([])
     /// Runs after every reconnection this side made (restores notifications).
-    private let reconnected = HandlerSlot<BluetoothAddress>()
+    let reconnected = HandlerSlot<BluetoothAddress>()
     /// Whether Bluetooth was usable (poweredOn) at the last change.
-    private let usable = Mutex(false)
+    let usable = Mutex(false)
+    /// Connects in a row, per device, that failed as they do while a stale link is left
+    /// (`looksStuck`): the second resets the adapter.
+    let strikes = Mutex<[BluetoothAddress: Int]>([:])
+    let adapterReset: AdapterReset
 
-    private struct Kept {
+    struct Kept {
         var attempt = 0
         var nextAttempt: Date?
         var lastError: BLEError?
@@ -39,34 +47,45 @@ final class Connector: Sendable {
         var timer: Task<Void, Never>?
         /// An attempt is running: a disconnection meanwhile is its own, not a new loss.
         var attempting = false
+        /// The attempt waits to hear the device advertise.
+        var listening = false
+        /// Attempts since the link was last up that failed though the device had just been heard.
+        var failedHeard = 0
 
-        var status: ReconnectStatus { ReconnectStatus(attempt: attempt, nextAttempt: nextAttempt, lastError: lastError) }
+        var status: ReconnectStatus {
+            ReconnectStatus(attempt: attempt, nextAttempt: nextAttempt, lastError: lastError, listening: listening)
+        }
     }
 
-    /// How long an attempt waits for the device to advertise when BlueZ no longer knows it
-    /// (bluetoothd restarted, or its temporary devices expired).
+    /// How long a refresh of the GATT cache waits for the device it made BlueZ forget to
+    /// advertise again.
     static let lookForDeadline: Duration = .seconds(10)
     static let attemptTimeout: Duration = .seconds(30)
+    /// How long a link may stay up without its services resolved when BlueZ has them cached
+    /// (a reconnection): a device that answers resolves them in well under a second; one whose
+    /// host is down while its controller took the link never does.
+    static let servicesDeadline: Duration = .seconds(10)
 
     static let disconnectDeadline: Duration = .seconds(10)
 
     init(link: BusLink, events: HandlerSlot<CentralEvent>, list: Scanner, queues: SerialQueues<BluetoothAddress>,
-         policy: ReconnectPolicy = .standard, log: @escaping @Sendable (String) -> Void) {
+         policy: ReconnectPolicy = .standard, adapterReset: AdapterReset, log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.events = events
         self.list = list
         self.queues = queues
         self.policy = policy
+        self.adapterReset = adapterReset
         self.log = log
     }
 
     /// Sets what runs (outside the device's turn) after each reconnection this side made.
     func setReconnectedHandler(_ handler: @escaping @Sendable (BluetoothAddress) -> Void) { reconnected.set(handler) }
 
-    private var tree: ObjectTree { link.tree }
-    private var index: GATTIndex { link.index }
+    var tree: ObjectTree { link.tree }
+    var index: GATTIndex { link.index }
 
-    private func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) { list.setTransition(id, state) }
+    func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) { list.setTransition(id, state) }
 
     /// Runs `body` in the device's turn.
     func inTurn<T: Sendable>(_ id: BluetoothAddress, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
@@ -88,17 +107,27 @@ final class Connector: Sendable {
                 if keep { stopKeeping(id) }
                 throw error
             }
-            scheduleAttempt(id, after: error)
+            await retryLater(id, after: error)
             var told = error
             told.message += "; gattway keeps trying (autoReconnect)"
             throw told
         }
     }
 
-    private func connectOnce(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+    func connectOnce(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
         _ = try link.usableAdapter()
         let path = try index.devicePath(id)
-        return try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
+        do {
+            let info = try await connectInTurn(id, path, timeout: timeout)
+            strikes.withLock { _ = $0.removeValue(forKey: id) }
+            return info
+        } catch {
+            throw await failedConnect(id, error)
+        }
+    }
+
+    func connectInTurn(_ id: BluetoothAddress, _ path: ObjectPath, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
             if isReady(path) { return try list.peripheral(id) }
             setTransition(id, .connecting)
             disconnecting.withLock { _ = $0.remove(id) }
@@ -117,14 +146,18 @@ final class Connector: Sendable {
             }
             // After Connect, BlueZ does not always signal Connected=true (FIELD-NOTES): read it.
             await refreshDevice(path)
-            switch await waitUntilResolved(path, deadline: deadline) {
+            let cached = index.gatt(path)?.services.isEmpty == false
+            let resolveBy = cached ? min(deadline, ContinuousClock.now + Self.servicesDeadline) : deadline
+            switch await waitUntilResolved(path, deadline: resolveBy) {
             case true?:
                 break
             case false?:
                 throw BLEError(.connectionFailed, "\(id) disconnected while its services were being resolved")
             case nil:
+                // A link without services is ended, not left to BlueZ's own ATT timeout.
                 await abortConnection(path)
-                throw BLEError(.connectionTimeout, "\(id) connected but its services were not resolved within \(Self.seconds(timeout))")
+                let waited = cached ? min(timeout, Self.servicesDeadline) : timeout
+                throw BLEError(.connectionTimeout, "\(id) connected but its services were not resolved within \(Self.seconds(waited)); the link was ended")
             }
             // ServicesResolved can come before every GATT object is exported (bluez#1489):
             // reconcile the tree before answering.
@@ -176,7 +209,10 @@ final class Connector: Sendable {
             log("\(id): removed from BlueZ (bond and GATT cache forgotten)")
         }
         // A kept device is looked for and connected again (without its bond).
-        if kept.withLock({ $0[id] != nil && $0[id]?.timer == nil && $0[id]?.attempting == false }) { scheduleAttempt(id, after: nil) }
+        if kept.withLock({ $0[id] != nil && $0[id]?.timer == nil && $0[id]?.attempting == false }) {
+            await list.listen(id)
+            scheduleAttempt(id, after: nil)
+        }
     }
 
     // MARK: - The link's state
@@ -205,7 +241,9 @@ final class Connector: Sendable {
 
     static func describe(_ status: ReconnectStatus) -> String {
         var text = "reconnecting (attempt \(status.attempt)"
-        if let next = status.nextAttempt {
+        if status.listening {
+            text += ", waiting to hear it advertise"
+        } else if let next = status.nextAttempt {
             let seconds = max(0, next.timeIntervalSinceNow)
             text += ", next try in \(Int(seconds.rounded(.up))) s"
         } else {
@@ -250,7 +288,7 @@ final class Connector: Sendable {
         if became { retrySoon("Bluetooth is usable again") }
     }
 
-    private func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
+    func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
         guard let adapter = index.adapterPath(), path.parent == adapter,
               let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
         if connected {
@@ -267,7 +305,7 @@ final class Connector: Sendable {
 
     /// After a reload (bluetoothd left or came back): a device whose link was up and no longer is
     /// lost it (whether the others try early is `observe`'s transition check).
-    private func reconcileLinks() {
+    func reconcileLinks() {
         let lost = up.withLock { up -> [BluetoothAddress] in
             let gone = up.filter { id in
                 guard let path = try? index.devicePath(id) else { return true }
@@ -280,118 +318,6 @@ final class Connector: Sendable {
             let error = BLEError(.peripheralDisconnected, "\(id) disconnected: bluetoothd's objects are gone")
             events(.connection(id: id, state: .disconnected, error: error))
             linkLost(id, error)
-        }
-    }
-
-    // MARK: - Keeping devices connected
-
-    func reconnectStatus(_ id: BluetoothAddress) -> ReconnectStatus? { kept.withLock { $0[id]?.status } }
-
-    private func startKeeping(_ id: BluetoothAddress) {
-        let new = kept.withLock { k -> Bool in
-            guard k[id] == nil else { return false }
-            k[id] = Kept()
-            return true
-        }
-        if new { publish(id) }
-    }
-
-    private func stopKeeping(_ id: BluetoothAddress) {
-        let entry = kept.withLock { $0.removeValue(forKey: id) }
-        entry?.timer?.cancel()
-        if entry != nil { list.setReconnect(id, nil) }
-    }
-
-    private func publish(_ id: BluetoothAddress) { list.setReconnect(id, reconnectStatus(id)) }
-
-    /// The link came up through this side: the count starts again.
-    private func linkRestored(_ id: BluetoothAddress) {
-        kept.withLock { k in
-            k[id]?.timer?.cancel()
-            k[id]?.timer = nil
-            k[id]?.attempt = 0
-            k[id]?.lastError = nil
-            k[id]?.nextAttempt = nil
-        }
-        if reconnectStatus(id) != nil { publish(id) }
-    }
-
-    /// A kept device lost its link: schedule an attempt, unless one is running (its own failure
-    /// schedules the next).
-    private func linkLost(_ id: BluetoothAddress, _ error: BLEError) {
-        let schedule = kept.withLock { k -> Bool in
-            guard let entry = k[id] else { return false }
-            return !entry.attempting && entry.timer == nil
-        }
-        if schedule { scheduleAttempt(id, after: error) }
-    }
-
-    /// Kept devices waiting for their next attempt try now (Bluetooth just became usable: the
-    /// caller saw the state turn poweredOn).
-    private func retrySoon(_ why: String) {
-        let waiting = kept.withLock { k in k.filter { !$0.value.attempting && $0.value.timer != nil }.map(\.key) }
-        for id in waiting.sorted() {
-            log("\(id): trying again now: \(why)")
-            scheduleAttempt(id, after: nil, delay: policy.first.lowerBound / 2, recount: false)
-        }
-    }
-
-    /// `recount` false: the attempt already announced comes sooner (it is not another one).
-    private func scheduleAttempt(_ id: BluetoothAddress, after error: BLEError?, delay fixed: Double? = nil, recount: Bool = true) {
-        let plan = kept.withLock { k -> (attempt: Int, delay: Double)? in
-            guard var entry = k[id] else { return nil }
-            entry.timer?.cancel()
-            if recount || entry.attempt == 0 { entry.attempt += 1 }
-            let delay = fixed ?? policy.delay(attempt: entry.attempt)
-            if let error { entry.lastError = error }
-            entry.nextAttempt = Date().addingTimeInterval(delay)
-            entry.timer = Task { [weak self] in
-                do { try await Task.sleep(for: .milliseconds(Int(delay * 1000))) } catch { return }
-                await self?.attempt(id)
-            }
-            k[id] = entry
-            return (entry.attempt, delay)
-        }
-        guard let plan else { return }
-        publish(id)
-        log("\(id): reconnect attempt \(plan.attempt) in \(Self.seconds(.milliseconds(Int(plan.delay * 1000))))"
-            + (error.map { " after \($0.name): \($0.message)" } ?? ""))
-        events(.reconnecting(id: id, attempt: plan.attempt, delay: .milliseconds(Int(plan.delay * 1000))))
-    }
-
-    private func attempt(_ id: BluetoothAddress) async {
-        let go = kept.withLock { k -> Bool in
-            guard k[id] != nil else { return false }
-            k[id]?.timer = nil
-            k[id]?.nextAttempt = nil
-            k[id]?.attempting = true
-            return true
-        }
-        guard go else { return }
-        publish(id)
-        defer { kept.withLock { $0[id]?.attempting = false } }
-        do throws(BLEError) {
-            if (try? index.devicePath(id)) == nil {
-                // BlueZ forgot it (bluetoothd restarted): it must advertise again first.
-                _ = try link.usableAdapter()
-                guard await list.lookFor(id, within: Self.lookForDeadline) else {
-                    throw BLEError(.unknownDevice, "\(id) did not advertise within \(Self.seconds(Self.lookForDeadline))")
-                }
-            }
-            _ = try await connectOnce(id, timeout: Self.attemptTimeout)
-            guard reconnectStatus(id) != nil else { return }  // disconnected meanwhile: the caller's wish wins
-            log("\(id): reconnected")
-            linkRestored(id)
-            reconnected(id)
-        } catch {
-            guard reconnectStatus(id) != nil else { return }
-            if ReconnectPolicy.isPermanent(error) {
-                log("\(id): no more reconnect attempts: \(error)")
-                stopKeeping(id)
-                return
-            }
-            kept.withLock { $0[id]?.attempting = false }
-            scheduleAttempt(id, after: error)
         }
     }
 
@@ -409,49 +335,6 @@ final class Connector: Sendable {
             return BLEError(.peripheralDisconnected, "\(id) disconnected during the operation", detail: error.description)
         }
         return BLEError(.notConnected, "\(id) is not connected", detail: error.description)
-    }
-
-    // MARK: - Workarounds
-
-    /// Waits for ServicesResolved=true (true), a disconnection (false) or the deadline (nil).
-    /// A lost signal is not fatal: the properties are read again every second.
-    private func waitUntilResolved(_ path: ObjectPath, deadline: ContinuousClock.Instant) async -> Bool? {
-        let tree = self.tree
-        while ContinuousClock.now < deadline {
-            let slice = min(deadline - ContinuousClock.now, .seconds(1))
-            let decided = await waiters.wait(for: path, timeout: slice, current: { tree.properties(at: $0, BlueZ.deviceInterface) }) { props in
-                guard let props else { return false }
-                if props["ServicesResolved"]?.bool == true { return true }
-                if props["Connected"]?.bool == false { return false }
-                return nil
-            }
-            if let decided { return decided }
-            await refreshDevice(path)
-        }
-        return nil
-    }
-
-    /// Disconnect, by this side's wish (`disconnecting` tells that end from a lost link), then
-    /// the device's properties read again. In the caller's turn.
-    private func endLink(_ id: BluetoothAddress, _ path: ObjectPath) async throws(BLEError) {
-        disconnecting.withLock { _ = $0.insert(id) }
-        do throws(BusError) {
-            _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
-                                                member: "Disconnect"), timeout: Self.disconnectDeadline)
-        } catch {
-            throw ErrorMapping.map(error, context: .device)
-        }
-        await refreshDevice(path)
-    }
-
-    /// Cancels a connection attempt that ran out of time: BlueZ stops trying on Disconnect.
-    private func abortConnection(_ path: ObjectPath) async {
-        if let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) {
-            disconnecting.withLock { _ = $0.insert(id) }
-        }
-        _ = try? await link.call(.methodCall(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
-                                                   member: "Disconnect"), timeout: Self.disconnectDeadline)
-        await refreshDevice(path)
     }
 
     static func isTimeout(_ error: BusError) -> Bool {

@@ -44,6 +44,16 @@ public enum ErrorMapping {
         rule(bluez + "Failed", "le-connection-concurrent-connection-limit", .connectionLimitReached, "the adapter has no free connection slot"),
         rule(bluez + "Failed", "le-connection-timeout", .connectionTimeout, "the peripheral did not answer the connection request"),
         rule(bluez + "Failed", "page-timeout", .connectionTimeout, "the peripheral did not answer the connection request"),
+        // What the kernel's socket errors become in bluetoothd's answer to Connect: the kernel holds
+        // a link (or an attempt) to the device already (EBUSY, EALREADY), or the link ended while
+        // it was being made (ECONNABORTED, ECONNRESET, ECONNREFUSED, ETIMEDOUT).
+        rule(bluez + "Failed", "Input/output error", in: .device, .connectionFailed, "BlueZ could not make the link (a stale one may be left)"),
+        rule(bluez + "Failed", "Operation already in progress", in: .device, .connectionFailed, "a connection attempt to the device is still under way"),
+        rule(bluez + "Failed", "Device or resource busy", in: .device, .connectionFailed, "the kernel holds a link to the device already"),
+        rule(bluez + "Failed", "Software caused connection abort", in: .device, .connectionFailed, "the link ended while it was being made"),
+        rule(bluez + "Failed", "Connection reset by peer", in: .device, .connectionFailed, "the link ended while it was being made"),
+        rule(bluez + "Failed", "Connection refused", in: .device, .connectionFailed, "the connection was refused"),
+        rule(bluez + "Failed", "Connection timed out", in: .device, .connectionTimeout, "the peripheral did not answer the connection request"),
         rule(bluez + "Failed", "Not connected", .notConnected, "the peripheral is not connected"),
         rule(bluez + "NotConnected", nil, .notConnected, "the peripheral is not connected"),
         rule(bluez + "NotPermitted", "Read not permitted", att: .readNotPermitted, "the characteristic cannot be read"),
@@ -63,7 +73,9 @@ public enum ErrorMapping {
         rule(bluez + "AuthenticationRejected", nil, att: .insufficientAuthentication, "pairing was rejected"),
         rule(bluez + "DoesNotExist", nil, .unknownDevice, "BlueZ does not know this device"),
         rule(bluez + "NotReady", nil, .unknown, "the adapter is not ready (powered off?)"),
+        rule(bluez + "InProgress", nil, in: .device, .connectionFailed, "BlueZ is still busy with an earlier attempt on the device"),
         rule(bluez + "InProgress", nil, .unknown, "BlueZ is busy with the same operation"),
+        rule(bluez + "AlreadyConnected", nil, in: .device, .connectionFailed, "BlueZ counts the device as connected already"),
         rule(bluez + "AlreadyConnected", nil, .unknown, "already connected"),
         rule(dbus + "UnknownObject", nil, in: .device, .unknownDevice, "BlueZ does not know this device"),
         rule(dbus + "UnknownObject", nil, in: .attribute, .invalidHandle, "the attribute no longer exists"),

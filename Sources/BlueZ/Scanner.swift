@@ -19,9 +19,8 @@ final class Scanner: Sendable {
     private let moving = Mutex<[BluetoothAddress: PeripheralState]>([:])
     /// Devices the connector keeps connected, and where each stands: listed even when unseen.
     private let reconnects = Mutex<[BluetoothAddress: ReconnectStatus]>([:])
-    /// Tasks waiting for a device to appear (`lookFor`), and whether this side started the
-    /// discovery they need.
-    private let lookers = Mutex<(waiting: [Int: (id: BluetoothAddress, continuation: CheckedContinuation<Bool, Never>)], next: Int, discovering: Bool)>(([:], 0, false))
+    /// Devices listened for (to be connected again once heard): discovery runs meanwhile.
+    let hearing = Hearing()
     private let scan = Mutex(ScanState())
     /// Starting and stopping take several BlueZ calls each; one runs at a time, so that a stop
     /// cannot interleave with a start.
@@ -48,9 +47,14 @@ final class Scanner: Sendable {
         var generation = 0
         /// The running watch, if any.
         var watch: Watch?
+        /// Devices are listened for (`Hearing`).
+        var listening = false
 
-        /// Whether BlueZ's discovery should run (for a scan or the watch).
-        var discovering: Bool { scanning || watch != nil }
+        /// Whether BlueZ's discovery should run (for a scan, the watch or devices listened for).
+        var discovering: Bool { scanning || watch != nil || listening }
+
+        /// The discovery filter that serves them all.
+        var filter: [(String, Value)] { Scanner.filter(scan: scanning ? options : nil, watch: watch?.options, listening: listening) }
 
         var status: ScanStatus {
             ScanStatus(scanning: scanning, options: options, startedAt: startedAt, stopsAt: stopsAt, discovered: seen.count)
@@ -136,7 +140,7 @@ final class Scanner: Sendable {
         let adapter = try link.usableAdapter()
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes.
-        try await discover(adapter, filter: Self.filter(scan: options, watch: scan.withLock { $0.watch?.options }))
+        try await discover(adapter, filter: scan.withLock { Self.filter(scan: options, watch: $0.watch?.options, listening: $0.listening) })
         let now = Date()
         let (status, generation) = scan.withLock { s -> (ScanStatus, Int) in
             s.generation += 1
@@ -161,27 +165,27 @@ final class Scanner: Sendable {
     }
 
     private func stopNow() async throws(BLEError) -> ScanStatus {
-        let (wasScanning, watch) = scan.withLock { s -> (Bool, WatchOptions?) in
+        let wasScanning = scan.withLock { s -> Bool in
             defer { s.end() }
-            return (s.scanning, s.watch?.options)
+            return s.scanning
         }
         if wasScanning {
-            await discoveryNeeded(watch: watch)
+            await discoveryNeeded()
             log("scan stopped")
         }
         return scan.withLock { $0.status }
     }
 
-    /// After the scan or the watch stopped: BlueZ's discovery goes on with the watch's filter
-    /// (or, for devices being looked for, without a filter), or stops.
-    private func discoveryNeeded(scan options: ScanOptions? = nil, watch: WatchOptions?) async {
+    /// After the scan, the watch or the listening stopped: BlueZ's discovery goes on with the
+    /// filter of what remains, or stops.
+    private func discoveryNeeded() async {
         guard let adapter = index.adapterPath() else { return }
         do {
-            if options != nil || watch != nil {
-                try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(Self.filter(scan: options, watch: watch))])
+            if let filter = scan.withLock({ $0.discovering ? $0.filter : nil }) {
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
                 return
             }
-            if !lookers.withLock({ $0.discovering }) { try await adapterCall(adapter, "StopDiscovery") }
+            try await adapterCall(adapter, "StopDiscovery")
             try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
         } catch {
             // "No discovery started" or a powered-off adapter: the discovery is over either way.
@@ -194,17 +198,17 @@ final class Scanner: Sendable {
     func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
         try options.validate()
         return try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
-            let (replaced, scanOptions) = self.scan.withLock { s -> (Bool, ScanOptions?) in
+            let (replaced, filter) = self.scan.withLock { s -> (Bool, [(String, Value)]) in
                 // Replaced options start afresh, as a new scan does: only what matches them is listed.
                 let replaced = s.watch != nil
                 s.watch = Watch(options: options, since: Date(), forgetAfter: self.forgetAfter)
-                return (replaced, s.scanning ? s.options : nil)
+                return (replaced, s.filter)
             }
             self.log("watch \(replaced ? "changed" : "started"): \(Self.describe(options))")
             // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
             // (off, bluetoothd away) the discovery starts when it is.
             do throws(BLEError) {
-                try await self.discover(try self.link.usableAdapter(), filter: Self.filter(scan: scanOptions, watch: options))
+                try await self.discover(try self.link.usableAdapter(), filter: filter)
             } catch {
                 self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
             }
@@ -214,12 +218,12 @@ final class Scanner: Sendable {
 
     func stopWatch() async throws(BLEError) -> WatchStatus {
         try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
-            let (wasWatching, scanOptions) = self.scan.withLock { s -> (Bool, ScanOptions?) in
+            let wasWatching = self.scan.withLock { s -> Bool in
                 defer { s.watch = nil }
-                return (s.watch != nil, s.scanning ? s.options : nil)
+                return s.watch != nil
             }
             if wasWatching {
-                await self.discoveryNeeded(scan: scanOptions, watch: nil)
+                await self.discoveryNeeded()
                 self.log("watch stopped")
             }
             return self.watchStatus()
@@ -274,14 +278,17 @@ final class Scanner: Sendable {
         guard scan.withLock({ $0.discovering }) else { return }
         do {
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-                let (wanted, options, watch) = self.scan.withLock { ($0.discovering, $0.scanning ? $0.options : nil, $0.watch?.options) }
+                let (wanted, filter, options, watch) = self.scan.withLock {
+                    ($0.discovering, $0.filter, $0.scanning ? $0.options : nil, $0.watch?.options)
+                }
                 guard wanted else { return }
                 let adapter = try self.link.usableAdapter()
                 guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
-                try await self.discover(adapter, filter: Self.filter(scan: options, watch: watch))
+                try await self.discover(adapter, filter: filter)
                 self.restarts.withLock { $0.count += 1; $0.failures = 0 }
                 self.log((options.map { "scan started again: \(Self.describe($0))" } ?? "discovery started again")
-                         + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" } ?? ""))
+                         + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" }
+                            ?? (options == nil ? " to hear devices to connect again" : "")))
             }
         } catch {
             // Not usable yet (powered off, no bluetoothd): a state change starts it; else try later.
@@ -312,8 +319,11 @@ final class Scanner: Sendable {
     /// What BlueZ's discovery filter can take of the scan's options and the watch's (the rest
     /// is applied here): the scan's alone; with the watch, what lets both see all they want.
     /// The watch never pushes its services down: BlueZ matches UUIDs against advertised service
-    /// UUIDs only, and most sensors send service data alone.
-    static func filter(scan options: ScanOptions?, watch: WatchOptions?) -> [(String, Value)] {
+    /// UUIDs only, and most sensors send service data alone. Listening for devices pushes
+    /// nothing down either, and asks for every advertisement (DuplicateData): BlueZ then signals
+    /// each one it receives, which is how a device is heard.
+    static func filter(scan options: ScanOptions?, watch: WatchOptions?, listening: Bool = false) -> [(String, Value)] {
+        if listening { return [("Transport", .string("le")), ("DuplicateData", .bool(true))] }
         guard let watch else {
             guard let options else { return [("Transport", .string("le"))] }
             var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
@@ -349,57 +359,51 @@ final class Scanner: Sendable {
         return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
     }
 
-    /// Waits until BlueZ knows `id` (it advertised), running a discovery of this side's own
-    /// meanwhile when no scan runs; false after `deadline`.
+    /// Listens for `id` from now on (discovery runs meanwhile, this side's own when no scan or
+    /// watch does): `hearing` says when it advertises.
+    func listen(_ id: BluetoothAddress) async {
+        hearing.listen(id)
+        await listeningChanged()
+    }
+
+    /// Stops listening for `id`; the discovery ends with the last device listened for (unless a
+    /// scan or the watch goes on).
+    func stopListening(_ id: BluetoothAddress) async {
+        hearing.forget(id)
+        await listeningChanged()
+    }
+
+    /// Waits until BlueZ knows `id` (it advertised), listening for it meanwhile when it does
+    /// not; false after `deadline`.
     func lookFor(_ id: BluetoothAddress, within deadline: Duration) async -> Bool {
         if (try? index.devicePath(id)) != nil { return true }
-        await startLooking()
-        let found = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let key = lookers.withLock { l -> Int in
-                l.next += 1
-                l.waiting[l.next] = (id, continuation)
-                return l.next
-            }
-            if (try? index.devicePath(id)) != nil { resolveLooker(key, true) }
-            Task { [weak self] in
-                try? await Task.sleep(for: deadline)
-                self?.resolveLooker(key, false)
-            }
-        }
-        await stopLookingIfDone()
-        return found
+        let listened = hearing.isListened(id)
+        if !listened { await listen(id) }
+        let found = await hearing.wait(id, within: deadline)
+        if !listened { await stopListening(id) }
+        return found || (try? index.devicePath(id)) != nil
     }
 
-    private func resolveLooker(_ key: Int, _ found: Bool) {
-        lookers.withLock { $0.waiting.removeValue(forKey: key) }?.continuation.resume(returning: found)
-    }
-
-    private func startLooking() async {
-        let start = lookers.withLock { l -> Bool in
-            defer { l.discovering = true }
-            return !l.discovering
+    /// Starts, retunes or ends the discovery as listening began or ended.
+    private func listeningChanged() async {
+        let listening = hearing.listening
+        let (changed, others) = scan.withLock { s -> (Bool, Bool) in
+            defer { s.listening = listening }
+            return (s.listening != listening, s.scanning || s.watch != nil)
         }
-        guard start, !scan.withLock({ $0.discovering }), let adapter = index.adapterPath() else { return }
-        log("discovery started to find devices to reconnect")
+        guard changed, let adapter = index.adapterPath() else { return }
+        if listening && !others { log("discovery started to hear devices to connect again") }
         do {
+            // What is wanted when the turn comes (a later change may have come first).
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-                try await self.discover(adapter, filter: nil)
+                if let filter = self.scan.withLock({ $0.discovering ? $0.filter : nil }) {
+                    try await self.discover(adapter, filter: filter)
+                } else {
+                    await self.discoveryNeeded()
+                }
             }
         } catch {
-            log("cannot start discovery to reconnect: \(error)")
-        }
-    }
-
-    private func stopLookingIfDone() async {
-        let stop = lookers.withLock { l -> Bool in
-            guard l.waiting.isEmpty, l.discovering else { return false }
-            l.discovering = false
-            return true
-        }
-        guard stop, !scan.withLock({ $0.discovering }), let adapter = index.adapterPath() else { return }
-        try? await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
-            guard !self.scan.withLock({ $0.discovering }) else { return }
-            try await self.adapterCall(adapter, "StopDiscovery")
+            log("discovery for devices to connect again: \(error.message)")
         }
     }
 
@@ -440,10 +444,6 @@ final class Scanner: Sendable {
             return
         case .added(let p, let interfaces) where interfaces[BlueZ.deviceInterface] != nil:
             path = p
-            if let address = DeviceProperties.address(interfaces[BlueZ.deviceInterface] ?? [:]) {
-                let found = lookers.withLock { l in l.waiting.filter { $0.value.id == address }.map(\.key) }
-                for key in found { resolveLooker(key, true) }
-            }
         case .properties(let p, let interface, _, _) where interface == BlueZ.deviceInterface: path = p
         default: return
         }
@@ -470,6 +470,7 @@ final class Scanner: Sendable {
         default:
             break
         }
+        if advertised { hearing.heard(address) }
         let (report, watched) = scan.withLock { s -> (Report?, Bool) in
             guard s.discovering else { return (nil, false) }
             // Parsed only for a device the scan or the watch does not follow yet, once.

@@ -32,9 +32,10 @@ extension Connection {
         return reply.body.first?.unwrapped ?? .structure([])
     }
 
-    public func getAllProperties(_ service: String, _ path: ObjectPath, _ interface: String) async throws(BusError) -> [String: Value] {
+    public func getAllProperties(_ service: String, _ path: ObjectPath, _ interface: String,
+                                 timeout: Duration = .seconds(25)) async throws(BusError) -> [String: Value] {
         let reply = try await call(.methodCall(destination: service, path: path, interface: Connection.propertiesInterface,
-                                               member: "GetAll", [.string(interface)]))
+                                               member: "GetAll", [.string(interface)]), timeout: timeout)
         return (reply.body.first?.stringDictionary ?? [:]).mapValues(\.unwrapped)
     }
 

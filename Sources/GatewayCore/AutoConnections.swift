@@ -59,12 +59,17 @@ package final class AutoConnections: Sendable {
     }
 
     /// `connect=auto`: connects `id` unless it is connected (`unknownDevice` when the adapter
-    /// does not know it), within `connectTimeout`; gattway owns the link it made.
-    package func connectIfNeeded(_ id: BluetoothAddress) async throws(BLEError) {
+    /// does not know it), within `connectTimeout`; gattway owns the link it made. With
+    /// `whenHeard`, once the device has been heard advertising (waiting at most that long).
+    package func connectIfNeeded(_ id: BluetoothAddress, whenHeard listening: Duration? = nil) async throws(BLEError) {
         try await inTurn(id) { () async throws(BLEError) in
             let device = try await central.peripheral(id)
             guard device.state != .connected else { return }
-            _ = try await central.connect(id, timeout: Self.connectTimeout, autoReconnect: false)
+            if let listening {
+                _ = try await central.connectWhenHeard(id, timeout: Self.connectTimeout, listening: listening)
+            } else {
+                _ = try await central.connect(id, timeout: Self.connectTimeout, autoReconnect: false)
+            }
             let owned = state.withLock { s -> Bool in
                 guard !s.claimed.contains(id), device.reconnect == nil else { return false }
                 s.owned[id] = (.now, nil)

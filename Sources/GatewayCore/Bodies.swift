@@ -89,11 +89,14 @@ package struct ReconnectBody: Encodable {
     package var autoReconnect = true
     package var attempt: Int
     package var nextAttempt: Date?
+    /// The attempt is due and waits to hear the device advertise.
+    package var listening: Bool?
     package var lastError: ErrorBody.Content?
 
     package init(_ status: ReconnectStatus) {
         attempt = status.attempt
         nextAttempt = status.nextAttempt
+        listening = status.listening ? true : nil
         lastError = status.lastError.map { ErrorBody($0).error }
     }
 }

@@ -81,10 +81,11 @@ package struct EventBody: Encodable {
         case .connection(_, let s, let e):
             state = s.name
             error = e.map { ErrorBody($0).error }
-        case .reconnecting(_, let n, let delay):
+        case .reconnecting(_, let n, let delay, let e):
             state = "reconnecting"
             attempt = n
             retryIn = delay.inSeconds
+            error = e.map { ErrorBody($0).error }
         case .value(let v):
             service = Attribute(handle: handleText(v.serviceHandle), uuid: v.serviceUUID.uuidString)
             characteristic = Attribute(handle: handleText(v.characteristicHandle), uuid: v.characteristicUUID.uuidString)

@@ -59,7 +59,7 @@ package final class HubEvent: Sendable {
             (type, device) = (.state, nil)
         case .central(.advertisement(let p)), .central(.advertisementChanged(let p)):
             (type, device) = (.advertisement, p.id)
-        case .central(.connection(let id, _, _)), .central(.reconnecting(let id, _, _)):
+        case .central(.connection(let id, _, _)), .central(.reconnecting(let id, _, _, _)):
             (type, device) = (.connection, id)
         case .central(.value(let v)):
             (type, device) = (.notification, v.device)

@@ -130,8 +130,13 @@ public final class Gateway: Sendable {
             errors.record(error, operation: "restore notifications \(handleText(handle))", device: id)
         case .resubscribed:
             resubscriptions.restored.add(1, ordering: .relaxed)
-        case .reconnecting:
+        case .reconnecting(let id, let attempt, _, let error):
             reconnectAttempts.add(1, ordering: .relaxed)
+            // Attempt 1 follows the loss, already recorded; the later ones follow a failed attempt.
+            if attempt > 1, let error {
+                errors.count(error)
+                errors.record(error, operation: "reconnect", device: id)
+            }
         default:
             break
         }

@@ -73,6 +73,12 @@ extension Options {
             an unexpected disconnection, try again after 1-5 s, then with backoff up to 60 s (default: \
             only devices connected with "autoReconnect": true)
             """) { $0.autoReconnect = true },
+        .flag("--no-adapter-reset", environment: "GATTWAY_NO_ADAPTER_RESET", """
+            never power an adapter off and on to clear a stale link (by default, when two connects \
+            in a row fail as a link the kernel still holds makes them fail, "Input/output error" or \
+            "Operation already in progress", the adapter is reset, at most once in 5 minutes; every \
+            link on it drops, bonds stay: see docs/running.md, Recovery)
+            """) { $0.adapterReset = false },
         .flag("--watch", """
             watch for sensors from the start, for as long as gattway runs: a discovery of its own beside \
             any scan, resumed after anything that ends it, whose devices GET /v1/sensors lists (PUT \

@@ -20,6 +20,8 @@ package struct Options: Sendable {
     package var maxStreams = 10_000
     /// Whether a connect that does not say keeps the device connected.
     package var autoReconnect = false
+    /// Whether an adapter on which connects keep failing as a stale link makes them may be reset.
+    package var adapterReset = true
     /// A scanned device not seen for this long is listed `stale`.
     package var staleAfterSeconds = 60.0
     /// The watch (and the MQTT bridge) forget a device not heard for this long.

@@ -101,7 +101,7 @@ public final class CharacteristicExposer: Sendable {
                 let value = AttributeValue(handle: update.characteristicHandle, uuid: update.characteristicUUID, value: update.value)
                 await publish(e, value, source: .notification)
             }
-        case .central(.connection(let id, _, _)), .central(.reconnecting(let id, _, _)):
+        case .central(.connection(let id, _, _)), .central(.reconnecting(let id, _, _, _)):
             bells[id]?.ring()
         default:
             break

@@ -251,24 +251,30 @@ package final class SerialLink: Sendable {
         for reader in readers { reader.link(.back) }
     }
 
-    /// While holding clients remain and the link is down: connect again, with the policy's
-    /// delays (a device the central keeps connected is left to the central).
+    /// While holding clients remain and the link is down: connect again once the device is heard
+    /// advertising, with the policy's delays between attempts (a device the central keeps
+    /// connected is left to the central). As the central's own attempts: the second comes as soon
+    /// as a first would (a link that dropped while it was made, or a stale link below BlueZ,
+    /// which two failed connects in a row have the central reset).
     private func reconnect() async {
         var attempt = 0
         while !Task.isCancelled, state.withLock({ !$0.up && !$0.holding.isEmpty }) {
             attempt += 1
-            do { try await Task.sleep(for: .seconds(policy.delay(attempt: attempt))) } catch { return }
+            do { try await Task.sleep(for: .seconds(policy.delay(attempt: attempt <= 2 ? 1 : attempt - 1))) } catch { return }
             guard state.withLock({ !$0.up && !$0.holding.isEmpty }) else { return }
             if let info = try? await gateway.central.peripheral(device), info.reconnect != nil || info.state == .connected {
                 continue
             }
             do throws(BLEError) {
-                try await gateway.autoConnections.connectIfNeeded(device)
+                try await gateway.autoConnections.connectIfNeeded(device, whenHeard: Self.listenLimit)
             } catch {
                 log("\(device): serial port: connecting again failed (attempt \(attempt)): \(error.name): \(error.message)")
             }
         }
     }
+
+    /// How long an attempt listens for the device before it counts as failed (the next listens again).
+    static let listenLimit = Duration.seconds(30)
 
     /// Waits until the link is back, at most `limit`; false if it is not.
     private func linkBack(within limit: Duration) async -> Bool {

@@ -234,6 +234,8 @@ extension Engine {
             discoveryClients = [:]
             discoveryChanged()
             for d in devices.indices {
+                // Closing the adapter flushes the kernel's connections, a stale one too.
+                devices[d].faults.staleLink = false
                 if isConnecting(d) {
                     failConnect(d, BlueZError.failed("le-connection-abort-by-local"), linkEstablished: false)
                 } else if devices[d].hasGATT {

@@ -26,6 +26,8 @@ extension Engine {
             break
         }
         guard powered else { return fail(call, BlueZError.failed("Input/output error")) }
+        // bluetoothd's bt_io_connect gets EBUSY from the kernel, which holds a link to the device.
+        if devices[d].faults.staleLink { return fail(call, BlueZError.failed("Input/output error")) }
         devices[d].connectCall = call
         beginConnect(d)
     }

@@ -18,7 +18,7 @@ extension Engine {
                 devices[d].connectFailuresLeft = faults.connectError?.count
                 log("\(devices[d].address): faults set to \(args[1] ?? "")")
                 reply(call)
-                if faults.outOfRange {
+                if faults.outOfRange || faults.staleLink {
                     if devices[d].hasGATT { linkDown(d) }
                 }
             } catch {

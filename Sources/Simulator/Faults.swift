@@ -11,7 +11,7 @@ extension SimulatorConfiguration {
     /// { "connectError": { "name": "org.bluez.Error.Failed", "message": "le-connection-abort-by-remote",
     ///                     "count": 2, "linkEstablished": false },
     ///   "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
-    ///   "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
+    ///   "servicesResolvedEarly": true, "outOfRange": true, "staleLink": true, "dropLinkAfterMs": 2000,
     ///   "lateServices": { "first": 2, "restAfterMs": 1500, "resolved": "between" }, "forgetGATT": true,
     ///   "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
     ///                  { "handle": 13, "code": 3 } ] }
@@ -32,6 +32,13 @@ extension SimulatorConfiguration {
         /// The device stops advertising; a connected link is lost; Connect hangs until
         /// `adapter.connectTimeoutMs`, then fails with "le-connection-abort-by-local".
         public var outOfRange: Bool
+        /// The adapter's kernel keeps a link to the device that its controller ended without
+        /// saying so (measured in the lab: btvirt drops a link silently when the peer's
+        /// controller resets, and answers the kernel's Disconnect for it with another handle):
+        /// a connected link is lost as bluetoothd reports it, and from then on Connect fails at
+        /// once with "Input/output error" (the kernel's EBUSY) while the device advertises as
+        /// ever, until the adapter is powered off and on, which ends the fault.
+        public var staleLink: Bool
         /// Each connection is lost this long after it was made.
         public var dropLinkAfterMs: Int?
         /// Whenever the GATT objects are exported (the first connection, after bluetoothd
@@ -45,7 +52,8 @@ extension SimulatorConfiguration {
         public var attErrors: [ATTError]
 
         public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
-                    suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, dropLinkAfterMs: Int? = nil,
+                    suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, staleLink: Bool = false,
+                    dropLinkAfterMs: Int? = nil,
                     lateServices: LateServices? = nil, forgetGATT: Bool = false, attErrors: [ATTError] = []) {
             self.connectError = connectError
             self.connectDelayMs = connectDelayMs
@@ -53,6 +61,7 @@ extension SimulatorConfiguration {
             self.suppressConnectedSignal = suppressConnectedSignal
             self.servicesResolvedEarly = servicesResolvedEarly
             self.outOfRange = outOfRange
+            self.staleLink = staleLink
             self.dropLinkAfterMs = dropLinkAfterMs
             self.lateServices = lateServices
             self.forgetGATT = forgetGATT
@@ -60,7 +69,7 @@ extension SimulatorConfiguration {
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange
+            case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink
             case dropLinkAfterMs, lateServices, forgetGATT, attErrors
         }
 
@@ -73,6 +82,7 @@ extension SimulatorConfiguration {
             suppressConnectedSignal = try c.decode(.suppressConnectedSignal, default: false)
             servicesResolvedEarly = try c.decode(.servicesResolvedEarly, default: false)
             outOfRange = try c.decode(.outOfRange, default: false)
+            staleLink = try c.decode(.staleLink, default: false)
             dropLinkAfterMs = try c.decodeInt(.dropLinkAfterMs, default: nil, in: 0...86_400_000)
             lateServices = try c.decodeIfPresent(LateServices.self, forKey: .lateServices)
             forgetGATT = try c.decode(.forgetGATT, default: false)

@@ -117,6 +117,7 @@ let usage = """
                           "message": "le-connection-abort-by-remote", "count": 2 },
         "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
         "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
+        "staleLink": true,
         "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
                        { "handle": 13, "operation": "any", "code": 3 } ] }
 

@@ -33,7 +33,8 @@ func startCentral(_ options: Options, busAddress: String) async -> BlueZCentral 
                                  answerDeadline: .milliseconds(Int(options.pairingTimeoutSeconds * 1000)))
     let central = BlueZCentral(busAddress: busAddress, adapter: options.adapter,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
-                               forgetAfter: options.forgetAfter, pairing: pairing, log: log)
+                               forgetAfter: options.forgetAfter, pairing: pairing,
+                               recovery: RecoveryOptions(resetAdapter: options.adapterReset), log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))

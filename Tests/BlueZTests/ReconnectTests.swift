@@ -11,7 +11,7 @@ private func connection(_ id: BluetoothAddress, _ state: PeripheralState) -> Eve
 }
 
 private func reconnecting(_ id: BluetoothAddress) -> EventLog.Match {
-    { if case .reconnecting(id, _, _) = $0 { true } else { false } }
+    { if case .reconnecting(id, _, _, _) = $0 { true } else { false } }
 }
 
 private func value(_ bytes: [UInt8]) -> EventLog.Match {
@@ -59,7 +59,7 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         let kinds = seen.compactMap { event -> String? in
             switch event {
             case .connection(CentralRig.serial, .disconnected, let error?) where error.code == .cb(.peripheralDisconnected): "lost"
-            case .reconnecting(CentralRig.serial, 1, let delay) where delay <= .milliseconds(100): "attempt 1"
+            case .reconnecting(CentralRig.serial, 1, let delay, _) where delay <= .milliseconds(100): "attempt 1"
             case .connection(CentralRig.serial, .connected, nil): "connected"
             default: nil
             }
@@ -238,6 +238,36 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         #expect(try await rig.central.adapters().map(\.id) == ["hci0", "hci9"])
         #expect(rig.events.count(reconnecting(CentralRig.serial)) == 1, "only the attempt 30 s after the loss")
         #expect(try await rig.central.peripheral(CentralRig.serial).reconnect?.attempt == 1)
+    }
+
+    /// Out of range, the device is listened for and not connected to (no Connect waits in the
+    /// kernel for a device that is not there); once it advertises again it is connected.
+    @Test func aDeviceOutOfRangeIsConnectedOnlyOnceHeardAgain() async throws {
+        let rig = try await CentralRig.connected([CentralRig.serial], autoReconnect: true)
+        defer { rig.close() }
+        try await subscribe(rig)
+        let path = "/org/bluez/hci0/dev_" + CentralRig.serial.description.split(separator: ":").joined(separator: "_")
+        func connects() async throws -> UInt32 {
+            guard case .uint32(let n)? = try await rig.control("CallCount", [.string("Connect"), .string(path)]).first else { return 0 }
+            return n
+        }
+        let before = try await connects()
+        let since = rig.events.recorded
+        try await rig.control("SetFault", [.string(CentralRig.serial.description), .string(#"{"outOfRange": true}"#)])
+        _ = try await rig.events.wait(since: since, reconnecting(CentralRig.serial))
+        let end = ContinuousClock.now + .seconds(5)
+        while try await rig.central.peripheral(CentralRig.serial).reconnect?.listening != true {
+            guard ContinuousClock.now < end else { throw Timeout(what: "the attempt waiting to hear the device") }
+            try await Task.sleep(for: .milliseconds(10))  // a bounded poll of the device list
+        }
+        // Absence has no event: many of the quick policy's attempts would have come by now.
+        try await Task.sleep(for: .milliseconds(1200))
+        #expect(try await connects() == before, "no Connect while the device is not heard")
+        #expect(try await rig.central.peripheral(CentralRig.serial).reconnect?.listening == true)
+        try await rig.control("ClearFaults", [.string(CentralRig.serial.description)])
+        _ = try await rig.events.wait(since: since, timeout: .seconds(10), connection(CentralRig.serial, .connected))
+        #expect(try await connects() == before + 1, "one Connect, once heard")
+        try await expectNotificationsResume(rig)
     }
 
     @Test func backoffGrowsAndStaysBounded() {
