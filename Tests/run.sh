@@ -14,8 +14,8 @@
 #   then three jobs side by side, each with its own log, printed when all have ended:
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
 #      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
-#      MQTT with a real mosquitto, over HTTP as a client would (pytest), each answer validated
-#      against openapi.yaml;
+#      MQTT with a real mosquitto, over HTTP as a client would (pytest), each answer and each
+#      stream event validated against openapi.yaml (the counts per event type end the log);
 #   4. the fuzz targets (bounded), schemathesis against openapi.yaml (Tests/contract), then the
 #      faithfulness check: bleak, unchanged, against `gattway-sim`;
 #   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab),
@@ -87,7 +87,7 @@ grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail 
 step "python test tools"
 if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
 .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
-    openapi-core==0.23.1 schemathesis==4.32.5 jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
+    openapi-core==0.23.1 schemathesis==4.32.5 jsonschema-rs jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
     aioesphomeapi==46.23.0 bleak-esphome==4.1.0 habluetooth==7.2.1 pyserial==3.5
 py=.build/venv/bin/python
 
@@ -153,7 +153,7 @@ if [ -x "$shared/realbluez/start" ]; then
             Tests/e2e/test_esphome_realbluez.py \
             Tests/e2e/test_reliability_realbluez.py \
             > "$log" 2>&1 || rc=$?
-        grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error' "$log" || true
+        grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error|^events validated|^WebSocket replies validated|^types seen' "$log" || true
         if [ "$rc" -ne 0 ]; then
             tail -60 "$log"
             # The guest's kernel has failed there before (list_del corruption in hci_chan_del):

@@ -110,7 +110,9 @@ package final class StreamClient: Sendable {
             let named = s.subscriptions.count > 1
             for (name, subscription) in s.subscriptions where subscription.selection.matches(event) {
                 var sequence: UInt64?
-                if let device = event.device, let handle = event.characteristicHandle {
+                // Notifications only: a `hold` event of the characteristic neither has one nor
+                // takes a number from them (their `sequence` has no gaps).
+                if event.type == .notification, let device = event.device, let handle = event.characteristicHandle {
                     sequence = Self.next(in: &s.sequences, SequenceKey(subscription: subscription.number, device: device, characteristic: handle))
                 }
                 let message = ClientEvent(head: framing.map { encodings.head($0) } ?? [],

@@ -75,6 +75,25 @@ private func events(_ text: String) throws -> [[String: Any]] {
         #expect(client.sequenceCounters == 0)
     }
 
+    /// `sequence` counts a characteristic's notifications: a `hold` event of that characteristic
+    /// (which its selection receives too) carries none and leaves no gap.
+    @Test func holdEventsTakeNoNotificationSequence() throws {
+        let body = StreamBody(capacityBytes: 1 << 16)
+        let client = StreamClient(id: 1, transport: .stream(SSETransport(body: body)))
+        client.select(Selection(device: heartRate.device, characteristic: .handle(0x0015)), as: "")
+        let restored = CentralEvent.resubscribed(id: heartRate.device, characteristic: 0x0015,
+                                                 uuids: CharacteristicUUIDs(service: BluetoothUUID("180d")!, characteristic: BluetoothUUID("2a37")!), error: nil)
+        for (seq, event) in [CentralEvent.value(heartRate), restored, .value(heartRate)].enumerated() {
+            let hubEvent = HubEvent(seq: UInt64(seq + 1), time: Date(), event: .central(event))
+            var encodings = EventEncodings(hubEvent)
+            _ = client.offer(hubEvent, &encodings)
+        }
+        client.flushTransport()
+        let received = try events(drain(body))
+        #expect(received.map { $0["type"] as? String } == ["notification", "hold", "notification"])
+        #expect(received.map { $0["sequence"] as? Int } == [1, nil, 2])
+    }
+
     /// SSE frames an event as `id:` (its seq), `event:` (its type) and one `data:` line of JSON,
     /// then a blank line; a `dropped` notice as `event: dropped` and its `data:`, with no `id:`.
     @Test func sseFramesEachEventAndTheDroppedNotice() throws {

@@ -12,12 +12,54 @@ import urllib.request
 import pytest
 
 import contract
+import streamtap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "agent(capability, passkey): the realbluez test agent a pairing test wants")
+    streamtap.install()
+
+
+# Every message a test receives from a live stream is checked against openapi.yaml (streamtap):
+# one that does not match fails the test that received it, at its teardown; one that arrives
+# after that test has ended fails the session. The counts are printed at the end.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    streamtap.TALLY.test = item.nodeid
+    try:
+        return (yield)
+    finally:
+        streamtap.TALLY.test = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":
+        problems = streamtap.TALLY.take(item.nodeid)
+        if problems:
+            report.outcome = "failed"
+            report.longrepr = f"{len(problems)} stream message(s) received by this test do not match openapi.yaml:\n" \
+                + "\n".join(problems[:20])
+    return report
+
+
+def pytest_sessionfinish(session):
+    late = streamtap.TALLY.late = {test: problems for test in list(streamtap.TALLY.problems)
+                                   if (problems := streamtap.TALLY.take(test))}
+    if late:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.section("stream messages against openapi.yaml")
+    for line in streamtap.TALLY.summary():
+        terminalreporter.write_line(line)
+    for test, problems in streamtap.TALLY.late.items():
+        terminalreporter.write_line(f"FAILED: received by {test or 'no test'} after it ended, not as openapi.yaml says:\n  "
+                                    + "\n  ".join(problems[:20]))
 
 
 def binary(name):

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 import contract
+import streamtap
 from conftest import ROOT, Gateway, wait_for
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (Tests/run.sh does)")
@@ -61,6 +62,7 @@ class Dashboard:
         self.page.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource")
                      and self.problems.append(m.text))
         self.page.on("pageerror", lambda e: self.problems.append(str(e)))
+        streamtap.watch_page(self.page)  # its /v1/ws messages, held against openapi.yaml
         self.page.goto(gw.base + "/")
 
     def device(self, address):

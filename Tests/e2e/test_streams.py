@@ -172,6 +172,51 @@ def rss_kb(pid):
                 return int(line.split()[1])
 
 
+def test_a_stalled_sse_client_is_told_how_many_events_it_lost(hr):
+    """An SSE client that stops reading while notifications pour in loses the oldest; once it
+    reads again it gets `event: dropped` (no `id:`) with their count, then newer events."""
+    from test_diagnostics import metrics
+    import http.client
+    host, port = hr.base.removeprefix("http://").split(":")
+    stalled = http.client.HTTPConnection(host, int(port), timeout=30)
+    stalled.sock = socket.socket()
+    stalled.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window stays small
+    stalled.sock.connect((host, int(port)))
+    stalled.request("GET", f"/v1/events?device={SERIAL}&characteristic=ffe1")
+    resp = stalled.getresponse()
+    assert resp.status == 200
+
+    def lost():
+        return metrics(hr)[0].get(("gattway_events_total", 'what="dropped"'), 0)
+    # Echoes of writes without response, in bursts (within the 64 commands a socket may have
+    # waiting), until the gateway has dropped some for it.
+    from websockets.sync.client import connect as ws_connect
+    with ws_connect(ws_url(hr), open_timeout=10) as writer:
+        for burst in range(400):
+            for i in range(32):
+                writer.send(json.dumps({"op": "write", "id": f"{burst}.{i}", "device": SERIAL, "characteristic": "ffe1",
+                                        "value": "ab" * 180, "withResponse": False}))
+            for _ in range(32):
+                assert json.loads(writer.recv(timeout=10))["op"] == "result"
+            if burst % 4 == 3 and lost():
+                break
+    assert lost(), "the stalled client lost nothing"
+    fields = {}
+    while True:
+        line = resp.readline().decode().rstrip("\n")
+        assert line or fields, "the stream ended"
+        if line == "":
+            if fields.get("event") == "dropped":
+                break
+            fields = {}
+        elif not line.startswith(":"):
+            key, _, value = line.partition(": ")
+            fields[key] = value
+    assert "id" not in fields, fields
+    assert json.loads(fields["data"])["count"] >= 1, fields
+    stalled.close()
+
+
 def test_slow_client_does_not_delay_others_and_stays_bounded(hr):
     """One client subscribes to the serial echo and never reads; a second writes 300 values
     and must see every echo promptly. The gateway's memory must not grow with the backlog."""
