@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Threading"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Sockets", "Threading"]),
         // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
         .target(name: "Sockets"),
         // Who may do what: tokens, origins, CORS, rates, media types, in front of the routes,

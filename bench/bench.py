@@ -36,7 +36,9 @@ where noted they alternate (gattway, python, gattway, python) and the figures ar
                  connection: p50/p99 round trip (pooled over rounds).
   e. wrk         wrk -t1 -c50 on GET /v1/devices and GET /v1/state: req/s (best round).
   f. rss         VmRSS idle (after start and connect), then with 1000 and 10 000 idle SSE streams
-                 (GET /v1/events?types=state) held by one asyncio process; counts the 200s.
+                 (GET /v1/events?types=state) held by one asyncio process; counts the 200s. Then,
+                 on a fresh rig, 10 000 idle WebSockets (GET /v1/ws, upgraded, nothing subscribed;
+                 pings answered) held the same way; counts the 101s.
   g. endurance   one process, N events (--events) of notifications to one WebSocket client
                  (10 characteristics at 1 ms), with REST reads beside it (the next 10 ms after each
                  answer, of a characteristic nobody subscribed to: a read's result is an event). The run is
@@ -47,7 +49,8 @@ where noted they alternate (gattway, python, gattway, python) and the figures ar
 The helper processes (clients, floor observer, SSE holder, endurance client) are this file run
 with a leading `_role` argument; they take JSON commands on stdin and answer on stdout.
 Logs go to .build/bench/, the table also to .build/bench/results.txt. Usage: bench/run [--quick]
-[--events N] [--only gattway|python] [--rounds K] [--phases latency,cpu,...] [--python-gateway PATH].
+[--events N] [--only gattway|python] [--rounds K] [--phases latency,cpu,...] [--python-gateway PATH]
+[--gattway PATH] (another build of gattway, e.g. the one before a change, for the same run script).
 Every wait is bounded; every process started is stopped at the end, on errors and on Ctrl-C/SIGTERM.
 """
 import argparse
@@ -187,9 +190,9 @@ def start_sim(stack, config, name):
     return first.strip().split("=", 1)[1], p.pid
 
 
-def gattway_help():
+def gattway_help(binary):
     try:
-        return subprocess.run([GATTWAY, "--help"], capture_output=True, text=True, timeout=10).stdout
+        return subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
@@ -472,7 +475,13 @@ def phase_wrk(gw, tag, seconds):
         return result
 
 
-def phase_rss(gw, tag, extra, counts):
+def phase_rss(gw, tag, extra, counts, sockets):
+    result = rss_streams(gw, tag, extra, counts)
+    result["ws"] = rss_websockets(gw, tag, extra, sockets)
+    return result
+
+
+def rss_streams(gw, tag, extra, counts):
     with contextlib.ExitStack() as st:
         rig = Rig(st, gw, f"rss-{tag}", devices=2, chars=1, interval_ms=1000, extra=extra)
         time.sleep(2)
@@ -487,6 +496,23 @@ def phase_rss(gw, tag, extra, counts):
             result[n] = {"rss": rig.rss(), **r}
             log(f"  {gw.name} {n} SSE streams: {r['ok']} answered 200, {r['non200']} otherwise {r['statuses']},"
                 f" {r['failed']} failed; RSS {result[n]['rss']:.1f} MB (idle {result['idle']:.1f} MB)")
+        return result
+
+
+def rss_websockets(gw, tag, extra, n):
+    """RSS with n idle WebSockets (upgraded, nothing subscribed), on a rig of their own."""
+    with contextlib.ExitStack() as st:
+        rig = Rig(st, gw, f"rss-ws-{tag}", devices=2, chars=1, interval_ms=1000, extra=extra)
+        time.sleep(2)
+        idle = rig.rss()
+        ws = Helper(st, f"rss-ws-{tag}-client", "_ws", "--port", str(rig.port), "--subs", "[]")
+        r = ws.ask(200, cmd="open", n=n, budget=150)
+        time.sleep(2)
+        rig.alive()
+        result = {"idle": idle, "rss": rig.rss(), "ok": r["opened"], "failed": r["failed"]}
+        log(f"  {gw.name} {n} idle WebSockets: {r['opened']} upgraded, {r['failed']} not"
+            f"{' (first: ' + str(r['first_error']) + ')' if r['first_error'] else ''}; RSS {result['rss']:.1f} MB"
+            f" (idle {idle:.1f} MB)")
         return result
 
 
@@ -591,7 +617,10 @@ class WSClient(asyncio.Protocol):
                 self.transport.close()
                 return
             self.upgraded, pos = True, end + 4
-            self.subscribe()
+            if self.subs:
+                self.subscribe()
+            else:  # an idle socket: upgraded is all it asks
+                self.settle(True)
         n, t = len(buf), self.tally
         while n - pos >= 2:
             length, head = buf[pos + 1] & 127, 2
@@ -690,7 +719,7 @@ async def role_ws(args):
     subs = [tuple(s) for s in json.loads(args.subs)]
     async for cmd in commands():
         if cmd["cmd"] == "open":
-            answer(**await open_ws(args.port, subs, tally, cmd["n"], conns))
+            answer(**await open_ws(args.port, subs, tally, cmd["n"], conns, budget=cmd.get("budget", 30)))
         elif cmd["cmd"] == "window":
             tally.lo, tally.hi, tally.in_window = cmd["lo"], cmd["hi"], 0
             answer(ok=True)
@@ -958,6 +987,7 @@ def main():
     ap.add_argument("--python-gateway", default=PYGATEWAY,
                     help="the Python gateway: a .py script (run with this Python) or an executable; "
                          "either takes --listen HOST:PORT")
+    ap.add_argument("--gattway", default=GATTWAY, help="the gattway binary (default: the release build)")
     ap.add_argument("--phases", default="latency,cpu,saturation,read,wrk,rss,endurance")
     a = ap.parse_args()
     q = a.quick
@@ -974,7 +1004,7 @@ def main():
     gateways = []
     if a.only != "python":
         # Past its default limits gattway answers 503: lift them for the 10 000 streams, if it has the flags.
-        help_text = gattway_help()
+        help_text = gattway_help(a.gattway)
         lift = [x for f in ("--max-streams", "--max-connections") if f in help_text for x in (f, "20000")]
         if not lift:
             log("bench: gattway --help lists no --max-streams / --max-connections: its default limits apply")
@@ -983,7 +1013,7 @@ def main():
         # has none.
         per_client = [x for f, v in (("--rate-limit", "0"), ("--max-client-connections", "20000"),
                                      ("--max-client-streams", "20000")) if f in help_text for x in (f, v)]
-        gateways.append(Gateway("gattway", [GATTWAY, *per_client], rss_extra=lift))
+        gateways.append(Gateway("gattway", [a.gattway, *per_client], rss_extra=lift))
     if a.only != "gattway":
         if os.path.exists(a.python_gateway):
             script = a.python_gateway.endswith(".py")
@@ -1032,7 +1062,7 @@ def main():
     if "wrk" in phases:
         run("wrk", phase_wrk, 3 if q else 10)
     if "rss" in phases:
-        run("rss", lambda g, tag: phase_rss(g, tag, g.rss_extra, (1000, 10000)), once=True)
+        run("rss", lambda g, tag: phase_rss(g, tag, g.rss_extra, (1000, 10000), 10000), once=True)
     if "endurance" in phases:
         run("endurance", endurance, once=True)
     report(res, names, events)
@@ -1080,6 +1110,8 @@ def figures(r):
             if n in x:
                 f[f"rss_{n}"], f[f"sse_{n}"] = x[n]["rss"], x[n]["ok"]
                 f[f"sse_{n}_not"] = x[n]["non200"] + x[n]["failed"]
+        if ws := x.get("ws"):
+            f["ws_10000"], f["rss_ws_10000"] = ws["ok"], ws["rss"]
     if runs := ok("endurance"):
         x = runs[0]
         f["events_survived"] = x["events"]
@@ -1129,6 +1161,8 @@ ROWS = [
     ("sse_10000", "SSE streams answered 200, of 10000"),
     ("sse_10000_not", "SSE streams of 10000 answered otherwise or not at all"),
     ("rss_10000", "RSS with 10000 SSE streams (MB)"),
+    ("ws_10000", "idle WebSockets upgraded, of 10000"),
+    ("rss_ws_10000", "RSS with 10000 idle WebSockets (MB)"),
     ("events_survived", "endurance: events received"),
     ("survived", "endurance: finished and alive"),
     ("cost_first", "endurance: µs CPU per event, first block"),
@@ -1162,7 +1196,8 @@ def report(res, names, events):
     final = (f"bench: events_survived={fmt(g.get('events_survived'))} cost_growth={fmt(g.get('cost_growth'))} "
              f"cpu_ratio_vs_python={fmt(cpu_ratio)} added_p50_ms_100={fmt(g.get('lat100_p50'))} "
              f"clients_1000_delivered={fraction(g.get('lat1000_delivered'))} get_rps={fmt(g.get('wrk_devices'))} "
-             f"rss_idle_mb={fmt(g.get('rss_idle'))} rss_10k_mb={fmt(g.get('rss_10000'))}").replace("—", "n/a")
+             f"rss_idle_mb={fmt(g.get('rss_idle'))} rss_10k_mb={fmt(g.get('rss_10000'))} "
+             f"rss_ws_10k_mb={fmt(g.get('rss_ws_10000'))}").replace("—", "n/a")
     with open(os.path.join(OUT, "results.txt"), "w") as f:
         f.write(table + "\n\n" + final + "\n")
     log("")

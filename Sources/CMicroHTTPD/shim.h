@@ -53,6 +53,12 @@ static inline int gw_mhd_connection_fd(struct MHD_Connection *connection) {
     return info ? info->connect_fd : -1;
 }
 
+/// The daemon serving a connection, or NULL. MHD_get_connection_info is variadic.
+static inline struct MHD_Daemon *gw_mhd_connection_daemon(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);
+    return info ? info->daemon : NULL;
+}
+
 /// SHA-1 of `size` bytes into `digest` (20 bytes); 0 on success.
 static inline int gw_sha1(const void *data, size_t size, unsigned char *digest) {
     return gnutls_hash_fast(GNUTLS_DIG_SHA1, data, size, digest);

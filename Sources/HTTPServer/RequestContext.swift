@@ -19,6 +19,9 @@ final class RequestContext: Sendable {
         case receiving
         case handling
         case answered(Response)
+        /// Handed to MHD. Only a WebSocket's upgrade is kept, for the upgrade callback: a stream's
+        /// connection lives for hours, and its context with it.
+        case sent(WebSocketUpgrade?)
     }
 
     private struct State {
@@ -63,9 +66,10 @@ final class RequestContext: Sendable {
                 if state.overLimit { return .bodyTooLarge }
                 defer { state.body = [] }
                 return .run(body: state.body)
-            case .handling:
+            case .handling, .sent:
                 return .shuttingDown
             case .answered(let response):
+                if case .webSocket(let upgrade) = response.kind { state.phase = .sent(upgrade) } else { state.phase = .sent(nil) }
                 return .send(response)
             }
         }
@@ -76,12 +80,11 @@ final class RequestContext: Sendable {
         state.withLock { $0.phase = .answered(response) }
     }
 
-    /// The WebSocket the handler answered with, for MHD's upgrade callback.
-    var webSocketUpgrade: WebSocketUpgrade? {
+    /// The WebSocket the handler answered with, for MHD's upgrade callback, which takes it.
+    func takeWebSocketUpgrade() -> WebSocketUpgrade? {
         state.withLock { state in
-            guard case .answered(let response) = state.phase, case .webSocket(let upgrade) = response.kind else {
-                return nil
-            }
+            guard case .sent(let upgrade) = state.phase else { return nil }
+            state.phase = .sent(nil)
             return upgrade
         }
     }

@@ -10,7 +10,9 @@ import CMicroHTTPD
 /// A streamed response (`Response.stream`) is sent by the same thread, its connection suspended
 /// whenever its buffer is empty. Upgraded connections (`Response.webSocket`) leave MHD's thread for
 /// a second one, started on first use, that does the socket I/O of all WebSockets (and watches
-/// suspended streams for clients that hang up).
+/// suspended streams for clients that hang up). Over plain HTTP a thread of the server's own
+/// accepts, and a connection that opens a stream with a short head is served by a second MHD
+/// daemon with small per-connection pools (`Acceptor`, `FirstRequest`).
 public final class Server: Sendable {
     /// The host the server listens on, as given.
     public let host: String

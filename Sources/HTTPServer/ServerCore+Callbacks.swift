@@ -104,7 +104,7 @@ func upgraded(
     extraIn: UnsafePointer<CChar>?, extraInSize: Int, socket: Int32, handle: OpaquePointer?
 ) {
     guard let cls, let handle else { return }
-    let upgrade = requestContext.flatMap { Unmanaged<RequestContext>.fromOpaque($0).takeUnretainedValue().webSocketUpgrade }
+    let upgrade = requestContext.flatMap { Unmanaged<RequestContext>.fromOpaque($0).takeUnretainedValue().takeWebSocketUpgrade() }
     let extra = extraIn.map { Array(UnsafeRawBufferPointer(start: $0, count: extraInSize)) } ?? []
     Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().adopt(
         fd: socket, transport: connection.map(gw_mhd_connection_fd) ?? socket, handle: UpgradeHandle(pointer: handle),

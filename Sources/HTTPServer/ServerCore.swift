@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Glibc
+import Sockets
 import Synchronization
 
 /// Bytes read and dropped after a body passed `maxBodyBytes`, so that a client that sends its
@@ -8,7 +9,7 @@ let discardAllowance = 1 << 20
 
 /// What the I/O thread (through the callbacks' `cls`) and the handler tasks share.
 ///
-/// Locking, in one paragraph: `lifecycle` holds the daemon pointer, the stopping flag, the socket
+/// Locking, in one paragraph: `lifecycle` holds the daemon pointers, the stopping flag, the socket
 /// loop and the connections that are suspended (waiting for a handler, or a stream waiting for
 /// bytes). `MHD_suspend_connection`, `MHD_resume_connection` and the hand-over of the daemon to
 /// `MHD_stop_daemon` happen only while holding it, so a resume never races the stop, every
@@ -16,8 +17,13 @@ let discardAllowance = 1 << 20
 /// (MHD aborts then). The order is `lifecycle` → `StreamBody.state` and `lifecycle` → MHD's
 /// internal mutex; MHD may call NOTIFY_COMPLETED, the logger and the stream free callback with
 /// that mutex held, so those callbacks take no lock but leaves (`startupMessages`,
-/// `StreamBody.state`). `RequestContext.state`, `StreamBody.state` and the WebSocket locks are
-/// leaves: never held while taking another lock.
+/// `StreamBody.state`). `RequestContext.state`, `StreamBody.state`, `acceptor` and the WebSocket locks
+/// are leaves: never held while taking another lock.
+///
+/// Plain HTTP runs two daemons, fed by an `Acceptor` that reads the start of each connection: the
+/// main one, and one whose pool per connection is small, for connections that open an event
+/// stream or a WebSocket (an idle stream holds its pool for hours; see `FirstRequest`). Under
+/// TLS there is one daemon, listening itself.
 final class ServerCore: Sendable {
     let maxBodyBytes: Int
     let log: (@Sendable (String) -> Void)?
@@ -26,7 +32,8 @@ final class ServerCore: Sendable {
     let handler: Handler
 
     private struct Lifecycle {
-        var daemon: MHDHandle?
+        /// The main daemon first, then the stream daemon if there is one.
+        var daemons: [MHDHandle] = []
         var stopping = false
         /// By the `RequestContext` or `StreamBody` that suspended the connection.
         var suspended: [ObjectIdentifier: Suspension] = [:]
@@ -43,8 +50,14 @@ final class ServerCore: Sendable {
 
     /// MHD's memory pool per connection (`MHD_OPTION_CONNECTION_MEMORY_LIMIT`).
     static let connectionMemoryBytes = 8 * 1024
-    /// The buffer of each stream response; a stream event is a few hundred bytes.
-    static let streamBlockBytes = 1024
+    /// The pool per connection of the stream daemon: an idle event stream or WebSocket holds it for
+    /// as long as it is open (an idle stream took 11.6 KiB with the main pool, 4.5 with this).
+    /// `FirstRequest` sends it only heads that fit, with their response.
+    static let streamPoolBytes = 1792
+
+    /// The buffer of a stream response that MHD fills by calling the reader: used only on HTTP/1.0
+    /// (close-delimited); chunked, MHD has the reader write into the connection's pool.
+    static func streamBlockBytes(http10: Bool) -> Int { http10 ? 1024 : 64 }
 
     private let lifecycle = Mutex(Lifecycle())
     /// Connections MHD has open (counted by its connection notifications).
@@ -57,6 +70,10 @@ final class ServerCore: Sendable {
     private let perClient = Mutex<[ClientKey: Int]>([:])
     /// Messages MHD logs while starting (the reason a bind failed); nil once started.
     private let startupMessages = Mutex<[String]?>(nil)
+    /// Plain HTTP's listener; told when a connection closes (it may be waiting for room).
+    private let acceptor = Mutex<Acceptor?>(nil)
+    /// The stream daemon's pointer (0 without one): its responses close the connection after them.
+    private let streamDaemon = Atomic<UInt>(0)
 
     init(
         maxBodyBytes: Int, log: (@Sendable (String) -> Void)?,
@@ -80,17 +97,68 @@ final class ServerCore: Sendable {
     ) throws -> UInt16 {
         limit.store(connectionLimit, ordering: .relaxed)
         perClientLimit.store(connectionsPerClient, ordering: .relaxed)
+        let capacity = connectionLimit + connectionReserve
+        let settings = DaemonSettings(
+            address: address, tls: tls, connectionLimit: capacity, idleTimeoutSeconds: idleTimeoutSeconds)
+        guard tls == nil else {
+            let daemon = try startDaemon(host: host, port: port, settings, poolBytes: Self.connectionMemoryBytes, listening: true)
+            lifecycle.withLock { $0.daemons = [daemon] }
+            return gw_mhd_bound_port(daemon.pointer)
+        }
+        let main = try startDaemon(host: host, port: port, settings, poolBytes: Self.connectionMemoryBytes, listening: false)
+        lifecycle.withLock { $0.daemons = [main] }
+        do {
+            let stream = try startDaemon(host: host, port: port, settings, poolBytes: Self.streamPoolBytes, listening: false)
+            lifecycle.withLock { $0.daemons.append(stream) }
+            streamDaemon.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(stream.pointer))), ordering: .relaxed)
+            let listener = try Acceptor(
+                host: address.literal, port: port, capacity: capacity, poolBytes: Self.streamPoolBytes,
+                hooks: Acceptor.Hooks(
+                    openConnections: { [unowned self] in connections.load(ordering: .relaxed) },
+                    waiting: { [unowned self] peer, started in count(ClientKey(peer), opened: started) },
+                    handOver: { [unowned self] fd, peer, length, verdict in
+                        // MHD closes the socket if it cannot take it.
+                        if MHD_add_connection((verdict == .stream ? stream : main).pointer, fd, peer, length) == .NO {
+                            log?("a connection could not be handed to libmicrohttpd: \(String(cString: strerror(errno)))")
+                        }
+                    }))
+            acceptor.withLock { $0 = listener }
+            try listener.start()
+            return listener.port
+        } catch {
+            stop()
+            if let error = error as? SocketError { throw ServerStartError(host: host, port: port, reason: error.description) }
+            throw error
+        }
+    }
+
+    private struct DaemonSettings {
+        let address: ListenAddress
+        let tls: TLSCredentials?
+        let connectionLimit: Int
+        let idleTimeoutSeconds: Int
+    }
+
+    /// Starts a daemon: listening on the address itself (under TLS), or fed by the acceptor.
+    private func startDaemon(
+        host: String, port: UInt16, _ settings: DaemonSettings, poolBytes: Int, listening: Bool
+    ) throws(ServerStartError) -> MHDHandle {
         let cls = Unmanaged.passUnretained(self).toOpaque()
         var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_ALLOW_UPGRADE.rawValue | MHD_USE_ERROR_LOG.rawValue
-        if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        if settings.address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        // Fed by the acceptor, a connection has its request waiting already: libmicrohttpd 0.9.75
+        // then misses the first readiness now and then (its edge-triggered epoll; 256 of 10 000
+        // streams hung in one of two runs), unless TURBO has it read at once. TURBO also skips
+        // shutdown(SHUT_WR) before close, which close does anyway.
+        if !listening { flags |= MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_TURBO.rawValue }
         // Under TLS, poll: MHD relays upgraded connections through TLS itself, and in epoll mode
         // 6 of 200 WebSocket closes over TLS left the connection open (poll: 0 of 200; data, SSE
         // and WebSocket 200 of 200 in both). poll(2) costs more with many connections.
-        flags |= tls == nil ? MHD_USE_EPOLL.rawValue : MHD_USE_TLS.rawValue | MHD_USE_POLL.rawValue
+        flags |= settings.tls == nil ? MHD_USE_EPOLL.rawValue : MHD_USE_TLS.rawValue | MHD_USE_POLL.rawValue
         startupMessages.withLock { $0 = [] }
-        let (daemon, startErrno) = address.withSockaddrPointer { sockaddr in
-            withTLSOptions(tls) { tlsOptions in
+        let (daemon, startErrno) = settings.address.withSockaddrPointer { sockaddr in
+            withTLSOptions(settings.tls) { tlsOptions in
                 var options = [
                     // First, so that start-up messages come here too.
                     callbackOption(.EXTERNAL_LOGGER, logMessage as MHD_LogCallback, cls),
@@ -98,17 +166,18 @@ final class ServerCore: Sendable {
                     callbackOption(.NOTIFY_CONNECTION, connectionNotified as MHD_NotifyConnectionCallback, cls),
                     // Path and query arrive still percent-encoded; Request decodes them per segment.
                     callbackOption(.UNESCAPE_CALLBACK, keepEscaped as UnescapeCallback, cls),
-                    // The reserve beyond the limit is accepted only to be told 503 (see `admit`):
-                    // at MHD's own limit it stops accepting, and clients hang in the backlog.
-                    MHD_OptionItem(option: .CONNECTION_LIMIT, value: connectionLimit + connectionReserve, ptr_value: nil),
-                    MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(0, idleTimeoutSeconds), ptr_value: nil),
-                    // Per connection: the request head (up to about 7.5 KB of headers) and the response's
-                    // headers. MHD's default, 32 KiB, made 10 000 idle streams cost 340 MB; 8 KiB, 134 MB.
-                    MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: Self.connectionMemoryBytes, ptr_value: nil),
-                    MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr),
+                    // The reserve beyond the limit is accepted only to be told 503 (see `admit`);
+                    // past it nothing is accepted (by MHD or the acceptor): clients wait in the backlog.
+                    MHD_OptionItem(option: .CONNECTION_LIMIT, value: settings.connectionLimit, ptr_value: nil),
+                    MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(0, settings.idleTimeoutSeconds), ptr_value: nil),
+                    // Per connection: the request head (up to about 7.5 KB of headers in the main
+                    // daemon's 8 KiB) and the response's headers. MHD's default, 32 KiB, made 10 000
+                    // idle streams cost 340 MB; 8 KiB, 134 MB; the stream daemon's 1.75 KiB, 61 MB.
+                    MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: poolBytes, ptr_value: nil),
                 ] + tlsOptions
+                if listening { options.append(MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr)) }
                 options.append(MHD_OptionItem(option: .END, value: 0, ptr_value: nil))
-                let daemon = gw_mhd_start(flags, port, accessHandler, cls, &options)
+                let daemon = gw_mhd_start(flags, listening ? port : 0, accessHandler, cls, &options)
                 return (daemon, errno)
             }
         }
@@ -120,26 +189,29 @@ final class ServerCore: Sendable {
             let reason = messages.isEmpty ? String(cString: strerror(startErrno)) : messages.joined(separator: "; ")
             throw ServerStartError(host: host, port: port, reason: reason)
         }
-        lifecycle.withLock { $0.daemon = MHDHandle(pointer: daemon) }
-        return gw_mhd_bound_port(daemon)
+        return MHDHandle(pointer: daemon)
     }
 
     func stop() {
-        let (daemon, loop) = lifecycle.withLock { state -> (MHDHandle?, SocketLoop?) in
-            guard !state.stopping else { return (nil, nil) }
+        // First no new connections: the acceptor hands them to the daemons.
+        acceptor.withLock { $0 }?.shutDown()
+        let (daemons, loop) = lifecycle.withLock { state -> ([MHDHandle], SocketLoop?) in
+            guard !state.stopping else { return ([], nil) }
             state.stopping = true
             for suspension in state.suspended.values {
                 if let watch = suspension.watch { state.loop?.unwatch(watch) }
                 MHD_resume_connection(suspension.connection.pointer)
             }
             state.suspended.removeAll()
-            defer { (state.daemon, state.loop) = (nil, nil) }
-            return (state.daemon, state.loop)
+            defer { (state.daemons, state.loop) = ([], nil) }
+            return (state.daemons, state.loop)
         }
         // Outside the lock: these join threads that may be waiting for it. WebSockets are closed
-        // (1001) before the daemon stops, as MHD wants upgraded connections closed first.
+        // (1001) before the daemons stop, as MHD wants upgraded connections closed first.
         loop?.shutDown()
-        if let daemon { MHD_stop_daemon(daemon.pointer) }
+        for daemon in daemons { MHD_stop_daemon(daemon.pointer) }
+        streamDaemon.store(0, ordering: .relaxed)
+        acceptor.withLock { $0 = nil }
     }
 
     /// The socket loop, started on first use; nil once stopping or if it cannot start.
@@ -179,7 +251,7 @@ final class ServerCore: Sendable {
         }
         switch context.takeNextStep() {
         case .send(let response):
-            return queue(response, on: connection)
+            return queue(response, on: connection, http10: version.map { strcmp($0, "HTTP/1.0") == 0 } ?? false)
         case .bodyTooLarge:
             return queue(refusal(.bodyTooLarge(limit: maxBodyBytes), connection), on: connection)
         case .shuttingDown:
@@ -319,20 +391,26 @@ final class ServerCore: Sendable {
         var one: Int32 = 1
         setsockopt(transport, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         let socket = WebSocket(settings: upgrade, token: loop.makeToken(), loop: loop)
+        // Before the loop has the socket: no message comes before `onMessage` is set.
+        if case .opened(let opened) = upgrade.start { opened(socket) }
         guard loop.add(socket, fd: fd, handle: handle, extra: extra) else {
             _ = gw_mhd_upgrade_close(handle.pointer)
+            socket.finish(code: WebSocketCloseCode.abnormal)
             return
         }
-        Task {
-            await upgrade.handler(socket)
-            socket.close()
+        if case .task(let handler) = upgrade.start {
+            Task {
+                await handler(socket)
+                socket.close()
+            }
         }
     }
 
     private static let shuttingDown = Response(status: 503, headers: [(name: "Connection", value: "close")])
 
-    /// Hands a response to MHD. The one place a `Response` becomes an MHD response.
-    private func queue(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
+    /// Hands a response to MHD. The one place a `Response` becomes an MHD response. `http10`: the
+    /// request's version, which a stream response needs.
+    private func queue(_ response: Response, on connection: OpaquePointer, http10: Bool = false) -> MHD_Result {
         let response = response.rendered(by: errorResponder)
         var status = response.status
         let created: OpaquePointer?
@@ -358,7 +436,8 @@ final class ServerCore: Sendable {
             }
             // MHD_SIZE_UNKNOWN: chunked on HTTP/1.1, close-delimited on 1.0; no Content-Length.
             let cls = Unmanaged.passRetained(body).toOpaque()  // released in streamFreed
-            created = MHD_create_response_from_callback(GW_MHD_SIZE_UNKNOWN, Self.streamBlockBytes, streamReader, cls, streamFreed)
+            created = MHD_create_response_from_callback(
+                GW_MHD_SIZE_UNKNOWN, Self.streamBlockBytes(http10: http10), streamReader, cls, streamFreed)
             if created == nil { streamFreed(cls: cls) }
         case .webSocket:
             // The upgrade callback finds the handler in the request's context (its `answered` response).
@@ -367,13 +446,26 @@ final class ServerCore: Sendable {
         }
         guard let mhdResponse = created else { return .NO }
         defer { MHD_destroy_response(mhdResponse) }
-        for (name, value) in response.headers where name.lowercased() != "content-length" {
+        var headers = response.headers
+        if closesAfterResponse(connection, response) { headers.append((name: "Connection", value: "close")) }
+        for (name, value) in headers where name.lowercased() != "content-length" {
             // MHD refuses names or values with CR, LF or tab: no header injection.
             if MHD_add_response_header(mhdResponse, name, value) == .NO {
                 log?("response header \(name) refused")
             }
         }
         return MHD_queue_response(connection, UInt32(status), mhdResponse)
+    }
+
+    /// On the stream daemon, a connection serves one request: its pool has no room for a larger
+    /// head than the first (an upgrade ends the HTTP anyway).
+    private func closesAfterResponse(_ connection: OpaquePointer, _ response: Response) -> Bool {
+        if case .webSocket = response.kind { return false }
+        let stream = streamDaemon.load(ordering: .relaxed)
+        guard stream != 0, let daemon = gw_mhd_connection_daemon(connection),
+              UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(daemon))) == stream
+        else { return false }
+        return !response.headers.contains { $0.name.lowercased() == "connection" }
     }
 
     var openConnections: Int { connections.load(ordering: .relaxed) }
@@ -388,10 +480,14 @@ final class ServerCore: Sendable {
         #if DEBUG
         while stalled.load(ordering: .relaxed) { sleep(3600) }
         #endif
+        count(connection.flatMap(gw_mhd_client_address).flatMap(ClientKey.init), opened: opened)
+        if !opened { acceptor.withLock { $0 }?.connectionClosed() }
+    }
+
+    /// One connection more or less, in all and from `key`'s address.
+    private func count(_ key: @autoclosure () -> ClientKey?, opened: Bool) {
         connections.add(opened ? 1 : -1, ordering: .relaxed)
-        guard perClientLimit.load(ordering: .relaxed) < Int.max,
-            let key = connection.flatMap(gw_mhd_client_address).flatMap(ClientKey.init)
-        else { return }
+        guard perClientLimit.load(ordering: .relaxed) < Int.max, let key = key() else { return }
         perClient.withLock { counts in
             let count = (counts[key] ?? 0) + (opened ? 1 : -1)
             counts[key] = count > 0 ? count : nil

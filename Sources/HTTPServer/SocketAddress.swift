@@ -32,6 +32,14 @@ enum ListenAddress {
         if case .v6 = self { true } else { false }
     }
 
+    /// The address as a numeric literal, IPv6 without brackets.
+    var literal: String {
+        switch self {
+        case .v4(let address): presentation(AF_INET, address.sin_addr) ?? ""
+        case .v6(let address): presentation(AF_INET6, address.sin6_addr) ?? ""
+        }
+    }
+
     var length: socklen_t {
         socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
     }

@@ -390,12 +390,16 @@ final class SocketLoop: Sendable {
 
         /// Until the nearest timer, -1 for none.
         private func timeoutMilliseconds() -> Int32 {
-            guard let nearest = nextTimers else { return -1 }
-            let (seconds, attoseconds) = (nearest - .now).components
-            let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
-            return Int32(clamping: max(0, milliseconds))
+            nextTimers.map(epollTimeout(until:)) ?? -1
         }
     }
+}
+
+/// epoll_wait's timeout until `instant`: milliseconds, rounded up, 0 once past.
+func epollTimeout(until instant: ContinuousClock.Instant) -> Int32 {
+    let (seconds, attoseconds) = (instant - .now).components
+    let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+    return Int32(clamping: max(0, milliseconds))
 }
 
 struct SocketLoopError: Error, CustomStringConvertible {

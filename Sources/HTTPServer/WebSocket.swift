@@ -12,23 +12,35 @@ struct WebSocketUpgrade: Sendable {
     let maxMessageBytes: Int
     let pingInterval: Duration
     let sendBufferBytes: Int
-    let handler: @Sendable (WebSocket) async -> Void
+    let start: Start
+
+    enum Start: Sendable {
+        /// Runs in a task for as long as the socket is open, reading `messages`; the socket closes
+        /// when it returns.
+        case task(@Sendable (WebSocket) async -> Void)
+        /// Called once on the server's I/O thread, before any message, to set `onMessage` and
+        /// `onClose`; nothing waits while the socket is idle.
+        case opened(@Sendable (WebSocket) -> Void)
+    }
 }
 
 /// The server side of a WebSocket (RFC 6455) after an upgrade; see `Response.webSocket`.
 ///
 /// The server's socket thread does all I/O: `send` only queues (bounded), incoming messages arrive
-/// on `messages`. The connection is kept alive with pings and closed when the handler returns.
+/// on `messages` (a socket with a handler task) or at `onMessage` (a socket opened with `onOpen`).
+/// The connection is kept alive with pings, and closed when the handler returns or by `close`.
 public final class WebSocket: Sendable {
     /// Complete messages from the client, in order; finishes when the socket closes. Holds up to
     /// `messageQueueLimit` messages and `messageQueueBytes` bytes waiting for the handler: one
     /// that falls further behind gets the socket closed with 1008 rather than holding unbounded
-    /// memory.
-    public var messages: Messages { Messages(socket: self, stream: stream) }
-    private let stream: AsyncStream<WebSocketMessage>
-    private let continuation: AsyncStream<WebSocketMessage>.Continuation
-    /// Messages delivered and not yet taken by the handler, and their bytes.
-    private let waiting = Mutex<(count: Int, bytes: Int)>((0, 0))
+    /// memory. A socket opened with `onOpen` has none (an empty sequence): see `onMessage`.
+    public var messages: Messages { Messages(socket: self, stream: stream ?? AsyncStream { $0.finish() }) }
+    /// Only for a handler task: an idle socket of `onOpen` keeps neither.
+    private let stream: AsyncStream<WebSocketMessage>?
+    private let continuation: AsyncStream<WebSocketMessage>.Continuation?
+    /// Messages delivered and not yet taken by the handler, and, without a handler task, the
+    /// messages themselves and the task handling them.
+    private let inbox = Mutex(Inbox())
     let settings: WebSocketUpgrade
     /// The socket loop's id for this socket.
     let token: UInt64
@@ -103,9 +115,40 @@ public final class WebSocket: Sendable {
 
     }
 
+    private struct Inbox {
+        var count = 0
+        var bytes = 0
+        /// For `onMessage`, oldest first.
+        var queued: [WebSocketMessage] = []
+        var receiver: Receiver?
+        /// A task is handling `queued`.
+        var draining = false
+        /// The socket closed while the task was at work: the close handlers, to run after it.
+        var closing: Closing?
+    }
+
+    /// `onMessage`'s handler, boxed: the lock hands out the box, never the closure (`HandlerSlot`
+    /// says why).
+    private final class Receiver: Sendable {
+        let handle: @Sendable (WebSocketMessage) async -> Void
+        init(_ handle: @escaping @Sendable (WebSocketMessage) async -> Void) { self.handle = handle }
+    }
+
+    private final class Closing: Sendable {
+        let handlers: [@Sendable (UInt16) -> Void]
+        let code: UInt16
+        init(_ handlers: [@Sendable (UInt16) -> Void], _ code: UInt16) { (self.handlers, self.code) = (handlers, code) }
+        func run() { for handler in handlers { Task { handler(code) } } }
+    }
+
     init(settings: WebSocketUpgrade, token: UInt64, loop: SocketLoop) {
-        // Bounded by `deliver`, which counts what waits.
-        (stream, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        if case .task = settings.start {
+            // Bounded by `deliver`, which counts what waits.
+            let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self, bufferingPolicy: .unbounded)
+            (self.stream, self.continuation) = (stream, continuation)
+        } else {
+            (stream, continuation) = (nil, nil)
+        }
         self.settings = settings
         self.token = token
         self.loop = loop
@@ -206,6 +249,15 @@ public final class WebSocket: Sendable {
     /// What `send` may queue at most (`sendBufferBytes` of `Response.webSocket`).
     public var sendBufferCapacity: Int { settings.sendBufferBytes }
 
+    /// For a socket opened with `onOpen` (set it there): runs `handler` for each complete message
+    /// from the client, one at a time and in order, in a task that exists only while messages
+    /// wait. The bounds of `messages` apply: a client whose messages wait beyond them is closed
+    /// with 1008. `onClose` handlers run after the messages that came before the close.
+    public func onMessage(_ handler: @escaping @Sendable (WebSocketMessage) async -> Void) {
+        let receiver = Receiver(handler)
+        inbox.withLock { $0.receiver = receiver }
+    }
+
     /// Runs `handler` once with the close code when the connection is gone: the code of the close
     /// handshake (the client's, or the one given to `close`, or 1002/1007/1009 for a client that
     /// broke the protocol), 1001 when the server stops, 1006 when the connection dropped or stopped
@@ -257,24 +309,57 @@ public final class WebSocket: Sendable {
     /// Hands a message to the handler; false if its queue is full.
     func deliver(_ message: WebSocketMessage) -> Bool {
         let size = Self.size(message)
-        let admitted = waiting.withLock { w -> Bool in
+        let queued = continuation == nil
+        // nil: refused; true: no task handles `onMessage`'s queue, so one must start.
+        let start = inbox.withLock { w -> Bool? in
             // One message always fits, however large (up to maxMessageBytes).
             guard w.count == 0 || (w.count < Self.messageQueueLimit && w.bytes + size <= Self.messageQueueBytes) else {
-                return false
+                return nil
             }
             w.count += 1
             w.bytes += size
-            return true
+            guard queued else { return false }
+            w.queued.append(message)
+            defer { w.draining = true }
+            return !w.draining
         }
-        guard admitted else { return false }
-        continuation.yield(message)
+        guard let start else { return false }
+        continuation?.yield(message)
+        if start { Task { await drain() } }
         return true
     }
 
     /// The handler took a message: its place is free.
     fileprivate func taken(_ message: WebSocketMessage) {
         let size = Self.size(message)
-        waiting.withLock { $0.count -= 1; $0.bytes -= size }
+        inbox.withLock { $0.count -= 1; $0.bytes -= size }
+    }
+
+    /// Hands `onMessage` the queued messages until none is left; then runs the close handlers if
+    /// the socket closed meanwhile.
+    private func drain() async {
+        while true {
+            // Emptiness and `draining` change under one lock: a later `deliver` starts a new task.
+            let next = inbox.withLock { w -> (WebSocketMessage, Receiver?)? in
+                guard !w.queued.isEmpty else {
+                    w.draining = false
+                    return nil
+                }
+                let message = w.queued.removeFirst()
+                w.count -= 1
+                w.bytes -= Self.size(message)
+                return (message, w.receiver)
+            }
+            guard let (message, receiver) = next else { break }
+            await receiver?.handle(message)
+        }
+        let closing = inbox.withLock { w -> Closing? in
+            guard !w.draining, let closing = w.closing else { return nil }
+            w.closing = nil
+            w.receiver = nil
+            return closing
+        }
+        closing?.run()
     }
 
     private static func size(_ message: WebSocketMessage) -> Int {
@@ -316,9 +401,20 @@ public final class WebSocket: Sendable {
             defer { state.closeHandlers = [] }
             return state.closeHandlers
         }
-        continuation.finish()
+        continuation?.finish()
         writable.set(nil)
-        for handler in handlers { Task { handler(code) } }
+        let closing = Closing(handlers, code)
+        // With `onMessage`: after the messages that came before; the handler is let go (it
+        // usually holds the socket).
+        let now = inbox.withLock { w -> Bool in
+            guard w.draining else {
+                w.receiver = nil
+                return true
+            }
+            w.closing = closing
+            return false
+        }
+        if now { closing.run() }
     }
 }
 

@@ -21,8 +21,11 @@ public enum TCPListener {
     }
 
     /// A non-blocking socket listening on `host` (an IPv4 or IPv6 literal, or "localhost") and
-    /// `port` (0: one the kernel picks); returns it and its port.
-    public static func open(host: String, port: UInt16) throws(SocketError) -> (fd: Int32, port: UInt16) {
+    /// `port` (0: one the kernel picks); returns it and its port. `backlog`: connections the
+    /// kernel queues until accepted; `ipv6Only`: an IPv6 address takes no IPv4 connections.
+    public static func open(
+        host: String, port: UInt16, backlog: Int32 = 16, ipv6Only: Bool = false
+    ) throws(SocketError) -> (fd: Int32, port: UInt16) {
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -37,7 +40,10 @@ public enum TCPListener {
         guard fd >= 0 else { throw SocketError(call: "socket", errno: errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        guard bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0, listen(fd, 16) == 0 else {
+        if ipv6Only && info.pointee.ai_family == AF_INET6 {
+            setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
+        guard bind(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0, listen(fd, backlog) == 0 else {
             let code = errno
             close(fd)
             throw SocketError(call: "listening on \(host):\(port)", errno: code)

@@ -60,6 +60,18 @@ func openWebSocket(_ port: UInt16, trusting certificate: String? = nil) throws -
     return connection
 }
 
+/// Sends 70 small messages at once to a new socket on `/ws` and returns the code of the close
+/// frame that comes back.
+func closeCodeAfterFlood(_ port: UInt16) throws -> UInt16? {
+    let connection = try openWebSocket(port)
+    let burst = (0..<70).flatMap { _ in WebSocketFrame(.text, Array("x".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
+    try connection.send(burst)
+    while true {
+        let frame = try connection.readFrame()
+        if frame.opcode == .close { return closeCode(frame) }
+    }
+}
+
 /// The code of a close frame.
 func closeCode(_ frame: WebSocketFrame) -> UInt16? {
     guard frame.opcode == .close, frame.payload.count >= 2 else { return nil }
@@ -349,15 +361,73 @@ struct WebSocketTests {
         }
         defer { server.stop() }
         let port = server.port
-        let code = try await onThread { () -> UInt16? in
-            let connection = try openWebSocket(port)
-            let burst = (0..<70).flatMap { _ in WebSocketFrame(.text, Array("x".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
-            try connection.send(burst)
-            while true {
-                let frame = try connection.readFrame()
-                if frame.opcode == .close { return closeCode(frame) }
+        #expect(try await onThread { try closeCodeAfterFlood(port) } == 1008)
+    }
+}
+
+/// Sockets opened with `onOpen`: no task while idle; messages handled one at a time, in order.
+struct OpenedWebSocketTests {
+    /// What a socket's handlers saw, in order.
+    final class Log: Sendable {
+        private let entries = Mutex<[String]>([])
+        func add(_ entry: String) { entries.withLock { $0.append(entry) } }
+        var all: [String] { entries.withLock { $0 } }
+    }
+
+    /// `/ws`: each message is logged after `delay` (a busy handler) and echoed; the close is logged.
+    func startLoggingServer(_ log: Log, delay: Duration = .zero) throws -> Server {
+        try startServer { router in
+            router.add("GET", "/ws") { request in
+                .openWebSocket(request, maxMessageBytes: 64 * 1024, onOpen: { socket in
+                    socket.onMessage { message in
+                        if delay > .zero { try? await Task.sleep(for: delay) }
+                        if case .text(let text) = message { log.add(text) }
+                        socket.send(message)
+                    }
+                    socket.onClose { code in log.add("closed \(code)") }
+                })
             }
         }
-        #expect(code == 1008)
+    }
+
+    @Test func handlesMessagesInOrderAndEchoes() async throws {
+        let log = Log()
+        let server = try startLoggingServer(log, delay: .milliseconds(1))
+        defer { server.stop() }
+        let port = server.port
+        let echoed = try await onThread { () -> [String] in
+            let connection = try openWebSocket(port)
+            let burst = (0..<30).flatMap { WebSocketFrame(.text, Array("m\($0)".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
+            try connection.send(burst)
+            return try (0..<30).map { _ in String(decoding: try connection.readFrame().payload, as: UTF8.self) }
+        }
+        let sent = (0..<30).map { "m\($0)" }
+        #expect(echoed == sent)
+        #expect(log.all == sent)
+    }
+
+    /// The client's close comes while the handler is still busy with its messages: `onClose`
+    /// runs after the last of them.
+    @Test func runsOnCloseAfterTheMessagesThatCameBefore() async throws {
+        let log = Log()
+        let server = try startLoggingServer(log, delay: .milliseconds(20))
+        defer { server.stop() }
+        let port = server.port
+        try await onThread {
+            let connection = try openWebSocket(port)
+            let frames = (0..<3).flatMap { WebSocketFrame(.text, Array("m\($0)".utf8)).serialized(maskingKey: [1, 2, 3, 4]) }
+            try connection.send(frames + WebSocketFrame.close(code: 1000).serialized(maskingKey: [1, 2, 3, 4]))
+            try connection.readUntilClosed()
+        }
+        #expect(await eventually { log.all.count == 4 })
+        #expect(log.all == ["m0", "m1", "m2", "closed 1000"])
+    }
+
+    /// More than 64 messages waiting for a busy handler: the socket is closed with 1008.
+    @Test func aHandlerThatFallsBehindIsClosedWith1008() async throws {
+        let server = try startLoggingServer(Log(), delay: .seconds(30))
+        defer { server.stop() }
+        let port = server.port
+        #expect(try await onThread { try closeCodeAfterFlood(port) } == 1008)
     }
 }
