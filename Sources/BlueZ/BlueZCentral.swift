@@ -8,7 +8,9 @@ import Threading
 /// - `BusLink`: the D-Bus link to bluetoothd, loading its objects into the `ObjectTree` (the
 ///   mirror, written in one place), and the manager state;
 /// - `GATTIndex`: where the adapter, devices and attributes are in that tree;
-/// - `Scanner`: discovery, filters and the device list;
+/// - `Discovery`: BlueZ's discovery for the scan, the watch and the devices listened for;
+/// - `AdvertisementReports`: what the devices' signals mean (heard, found, followed);
+/// - `DeviceList`: the devices listed, with their sightings, transitions and reconnections;
 /// - `Connector`: connect, disconnect, link loss, and each device's turn;
 /// - `GATTOperations`: reads, writes and notifications;
 /// - `PairingAgent`: gattway's BlueZ agent, `Pair`, and the agent's questions put to clients.
@@ -17,7 +19,9 @@ import Threading
 public final class BlueZCentral: Central {
     private let events = HandlerSlot<CentralEvent>()
     let link: BusLink
-    let scanner: Scanner
+    let discovery: Discovery
+    private let devices: DeviceList
+    private let reports: AdvertisementReports
     private let connector: Connector
     private let gatt: GATTOperations
     private let agent: PairingAgent
@@ -49,12 +53,17 @@ public final class BlueZCentral: Central {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, adapterName: adapter)
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
-        let scanner = Scanner(link: link, events: events, staleAfter: staleAfter, forgetAfter: forgetAfter, log: log)
+        let devices = DeviceList(link: link, staleAfter: staleAfter, forgetAfter: forgetAfter)
+        let hearing = Hearing()
+        let discovery = Discovery(link: link, devices: devices, hearing: hearing, log: log)
         let reset = AdapterReset(link: link, enabled: recovery.resetAdapter, interval: recovery.resetInterval, log: log)
-        let connector = Connector(link: link, events: events, list: scanner, queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)),
+        let connector = Connector(link: link, events: events, devices: devices, discovery: discovery,
+                                  queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)),
                                   policy: reconnectPolicy, adapterReset: reset, log: log)
         self.link = link
-        self.scanner = scanner
+        self.discovery = discovery
+        self.devices = devices
+        self.reports = AdvertisementReports(link: link, events: events, discovery: discovery, devices: devices, hearing: hearing)
         self.connector = connector
         let gatt = GATTOperations(link: link, connector: connector, events: events, restoreDeadline: restoreDeadline, log: log)
         self.gatt = gatt
@@ -83,7 +92,8 @@ public final class BlueZCentral: Central {
         case .reloaded, .added, .removed: link.reportStatus()
         case .properties(_, let interface, _, _): if interface == BlueZ.adapterInterface { link.reportStatus() }
         }
-        scanner.observe(change)
+        discovery.observe(change)
+        reports.observe(change)
         connector.observe(change)
         gatt.observe(change)
         noteServiceChanges(change)
@@ -121,16 +131,16 @@ public final class BlueZCentral: Central {
     public func status() async -> ManagerStatus { link.status() }
     public func adapters() async throws(BLEError) -> [AdapterInfo] { link.adapters() }
 
-    public func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await scanner.start(options) }
-    public func stopScan() async throws(BLEError) -> ScanStatus { try await scanner.stop() }
-    public func scanStatus() async -> ScanStatus { scanner.status() }
-    public func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus { try await scanner.startWatch(options) }
-    public func stopWatch() async throws(BLEError) -> WatchStatus { try await scanner.stopWatch() }
-    public func watchStatus() async -> WatchStatus { scanner.watchStatus() }
-    public func watched() async -> [PeripheralInfo] { scanner.watched() }
-    public func peripherals() async -> [PeripheralInfo] { scanner.peripherals() }
-    public var peripheralsVersion: UInt64? { scanner.version }
-    public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try scanner.peripheral(id) }
+    public func startScan(_ options: ScanOptions) async throws(BLEError) -> ScanStatus { try await discovery.start(options) }
+    public func stopScan() async throws(BLEError) -> ScanStatus { try await discovery.stop() }
+    public func scanStatus() async -> ScanStatus { discovery.status() }
+    public func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus { try await discovery.startWatch(options) }
+    public func stopWatch() async throws(BLEError) -> WatchStatus { try await discovery.stopWatch() }
+    public func watchStatus() async -> WatchStatus { discovery.watchStatus() }
+    public func watched() async -> [PeripheralInfo] { devices.watched() }
+    public func peripherals() async -> [PeripheralInfo] { devices.peripherals() }
+    public var peripheralsVersion: UInt64? { devices.version }
+    public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try devices.peripheral(id) }
 
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
         let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect)
@@ -140,11 +150,11 @@ public final class BlueZCentral: Central {
     }
 
     public func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo {
-        let hearing = scanner.hearing
+        let hearing = discovery.hearing
         let ours = !hearing.isListened(id)  // a kept device is listened for already: left as it is
-        if ours { await scanner.listen(id) }
+        if ours { await discovery.listen(id) }
         let heard = await hearing.wait(id, within: listening)
-        if ours { await scanner.stopListening(id) }
+        if ours { await discovery.stopListening(id) }
         guard heard else { throw BLEError(.connectionTimeout, "\(id) was not heard advertising within \(Connector.seconds(listening))") }
         return try await connect(id, timeout: timeout, autoReconnect: false)
     }
@@ -188,7 +198,7 @@ public final class BlueZCentral: Central {
 
     public func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
         try await agent.pair(id, answer: answer, timeout: timeout)
-        return try scanner.peripheral(id)
+        return try devices.peripheral(id)
     }
 
     public func answerPairing(_ id: BluetoothAddress, _ answer: PairingAnswer) async throws(BLEError) { try agent.answer(id, answer) }
@@ -210,7 +220,7 @@ public final class BlueZCentral: Central {
             throw ErrorMapping.map(error, context: .device)
         }
         await connector.refreshDevice(path)
-        return try scanner.peripheral(id)
+        return try devices.peripheral(id)
     }
 
     /// BlueZ keeps a device's GATT table (its cache) until it forgets the device: forgetting it
@@ -227,7 +237,7 @@ public final class BlueZCentral: Central {
         let kept = connector.reconnectStatus(id) != nil
         log("\(id): refreshing its GATT cache (forgetting the device, then discovering its services anew)")
         try await removeBond(id)
-        guard await scanner.lookFor(id, within: Connector.lookForDeadline) else {
+        guard await discovery.lookFor(id, within: Connector.lookForDeadline) else {
             throw BLEError(.unknownDevice, "\(id) was forgotten but not heard again within \(Connector.seconds(Connector.lookForDeadline)): connect it when it advertises")
         }
         _ = try await connect(id, timeout: Connector.attemptTimeout, autoReconnect: kept)
@@ -276,7 +286,7 @@ public final class BlueZCentral: Central {
         let help = "Characteristics wanted notifying that do not since their device connected: waiting for their objects, or past the deadline (clients told)."
         return link.diagnostics() + [
             CentralMetric("gattway_scan_restarts_total", "Scans started again after BlueZ ended discovery by itself.", .counter,
-                          Double(scanner.restartCount)),
+                          Double(discovery.restartCount)),
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "waiting")], Double(unrestored.waiting)),
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "failed")], Double(unrestored.failed)),
             CentralMetric("gattway_adapter_resets_total", "Adapters powered off and on because connects kept failing as a stale link makes them.",

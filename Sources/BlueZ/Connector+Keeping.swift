@@ -23,12 +23,12 @@ extension Connector {
         let entry = kept.withLock { $0.removeValue(forKey: id) }
         entry?.timer?.cancel()
         if entry != nil {
-            list.setReconnect(id, nil)
-            Task { await list.stopListening(id) }
+            devices.setReconnect(id, nil)
+            Task { await discovery.stopListening(id) }
         }
     }
 
-    func publish(_ id: BluetoothAddress) { list.setReconnect(id, reconnectStatus(id)) }
+    func publish(_ id: BluetoothAddress) { devices.setReconnect(id, reconnectStatus(id)) }
 
     /// The link came up through this side: the count starts again.
     func linkRestored(_ id: BluetoothAddress) {
@@ -43,7 +43,7 @@ extension Connector {
         }
         if reconnectStatus(id) != nil {
             publish(id)
-            Task { await list.stopListening(id) }
+            Task { await discovery.stopListening(id) }
         }
     }
 
@@ -60,7 +60,7 @@ extension Connector {
     /// After a loss or a failed attempt: the device must be heard again before the next attempt,
     /// which the policy schedules.
     func retryLater(_ id: BluetoothAddress, after error: BLEError, delay: Double? = nil) async {
-        await list.listen(id)
+        await discovery.listen(id)
         scheduleAttempt(id, after: error, delay: delay)
     }
 
@@ -145,15 +145,15 @@ extension Connector {
     /// range is connected when it is back, and no connection attempt waits in the kernel for a
     /// device that is not there. False when it is no longer kept.
     func heardSinceLastTry(_ id: BluetoothAddress) async -> Bool {
-        let hearing = list.hearing
-        if !hearing.isListened(id) { await list.listen(id) }
+        let hearing = discovery.hearing
+        if !hearing.isListened(id) { await discovery.listen(id) }
         guard !hearing.wasHeard(id) else { return true }
         setListening(id, true)
         defer { setListening(id, false) }
         log("\(id): waiting to hear it advertise before connecting")
         while !(await hearing.wait(id, within: .seconds(3600))) {
             guard reconnectStatus(id) != nil else { return false }
-            if !hearing.isListened(id) { await list.listen(id) }
+            if !hearing.isListened(id) { await discovery.listen(id) }
         }
         log("\(id): heard it advertise")
         return reconnectStatus(id) != nil

@@ -10,7 +10,7 @@ extension Connector {
     /// already in progress"), or BlueZ still works on an attempt that will not end. A connect
     /// that timed out although the device was just heard counts too.
     func looksStuck(_ id: BluetoothAddress, _ error: BLEError) -> Bool {
-        if error.code == .cb(.connectionTimeout) { return list.hearing.wasHeard(id) }
+        if error.code == .cb(.connectionTimeout) { return discovery.hearing.wasHeard(id) }
         guard error.code == .cb(.connectionFailed), let detail = error.detail?.lowercased() else { return false }
         return Self.stuckSignatures.contains { detail.contains($0) }
     }

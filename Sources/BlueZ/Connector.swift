@@ -24,7 +24,9 @@ final class Connector: Sendable {
     /// Devices this side is disconnecting: their disconnection is no error.
     let disconnecting = Mutex<Set<BluetoothAddress>>([])
     /// The device list, which shows devices in transition and kept ones.
-    let list: Scanner
+    let devices: DeviceList
+    /// Listening for kept devices that are away (discovery runs meanwhile).
+    let discovery: Discovery
     let policy: ReconnectPolicy
     /// Devices kept connected, and where each stands.
     let kept = Mutex<[BluetoothAddress: Kept]>([:])
@@ -68,11 +70,12 @@ final class Connector: Sendable {
 
     static let disconnectDeadline: Duration = .seconds(10)
 
-    init(link: BusLink, events: HandlerSlot<CentralEvent>, list: Scanner, queues: SerialQueues<BluetoothAddress>,
+    init(link: BusLink, events: HandlerSlot<CentralEvent>, devices: DeviceList, discovery: Discovery, queues: SerialQueues<BluetoothAddress>,
          policy: ReconnectPolicy = .standard, adapterReset: AdapterReset, log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.events = events
-        self.list = list
+        self.devices = devices
+        self.discovery = discovery
         self.queues = queues
         self.policy = policy
         self.adapterReset = adapterReset
@@ -85,7 +88,7 @@ final class Connector: Sendable {
     var tree: ObjectTree { link.tree }
     var index: GATTIndex { link.index }
 
-    func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) { list.setTransition(id, state) }
+    func setTransition(_ id: BluetoothAddress, _ state: PeripheralState?) { devices.setTransition(id, state) }
 
     /// Runs `body` in the device's turn.
     func inTurn<T: Sendable>(_ id: BluetoothAddress, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {
@@ -128,7 +131,7 @@ final class Connector: Sendable {
 
     func connectInTurn(_ id: BluetoothAddress, _ path: ObjectPath, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
         try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
-            if isReady(path) { return try list.peripheral(id) }
+            if isReady(path) { return try devices.peripheral(id) }
             setTransition(id, .connecting)
             disconnecting.withLock { _ = $0.remove(id) }
             defer { setTransition(id, nil) }
@@ -164,7 +167,7 @@ final class Connector: Sendable {
             await link.reload()
             log("\(id): connected, \(index.gatt(path)?.services.count ?? 0) services")
             setTransition(id, nil)
-            return try list.peripheral(id)
+            return try devices.peripheral(id)
         }
     }
 
@@ -179,7 +182,7 @@ final class Connector: Sendable {
                 setTransition(id, nil)
                 log("\(id): disconnected")
             }
-            return try list.peripheral(id)
+            return try devices.peripheral(id)
         }
     }
 
@@ -210,7 +213,7 @@ final class Connector: Sendable {
         }
         // A kept device is looked for and connected again (without its bond).
         if kept.withLock({ $0[id] != nil && $0[id]?.timer == nil && $0[id]?.attempting == false }) {
-            await list.listen(id)
+            await discovery.listen(id)
             scheduleAttempt(id, after: nil)
         }
     }

@@ -9,7 +9,7 @@ import Testing
     private func keys(_ filter: [(String, Value)]) -> [String: Value] { Dictionary(uniqueKeysWithValues: filter) }
 
     @Test func theScanAloneHandsDownItsServicesAndFloor() {
-        let f = keys(Scanner.filter(scan: ScanOptions(services: [BluetoothUUID("180D")!], rssi: -70), watch: nil))
+        let f = keys(Discovery.filter(scan: ScanOptions(services: [BluetoothUUID("180D")!], rssi: -70), watch: nil))
         #expect(f["Transport"] == .string("le"))
         #expect(f["UUIDs"] == .strings(["0000180d-0000-1000-8000-00805f9b34fb"]))
         #expect(f["RSSI"] == .int16(-70))
@@ -17,7 +17,7 @@ import Testing
     }
 
     @Test func theWatchNeverHandsDownServicesWhichBlueZMatchesAgainstUUIDsOnly() {
-        let f = keys(Scanner.filter(scan: nil, watch: WatchOptions(services: [BluetoothUUID("181A")!], rssi: -90)))
+        let f = keys(Discovery.filter(scan: nil, watch: WatchOptions(services: [BluetoothUUID("181A")!], rssi: -90)))
         #expect(f["UUIDs"] == nil)
         #expect(f["RSSI"] == .int16(-90))
         #expect(f["DuplicateData"] == .bool(true))
@@ -25,12 +25,12 @@ import Testing
 
     @Test func bothTogetherKeepOnlyWhatNeitherLoses() {
         let scan = ScanOptions(services: [BluetoothUUID("180D")!], rssi: -70)
-        let both = keys(Scanner.filter(scan: scan, watch: WatchOptions(rssi: -90)))
+        let both = keys(Discovery.filter(scan: scan, watch: WatchOptions(rssi: -90)))
         #expect(both["UUIDs"] == nil, "the watch wants devices without the scan's services")
         #expect(both["RSSI"] == .int16(-90), "the lower floor")
-        let oneFloor = keys(Scanner.filter(scan: scan, watch: WatchOptions()))
+        let oneFloor = keys(Discovery.filter(scan: scan, watch: WatchOptions()))
         #expect(oneFloor["RSSI"] == nil, "the watch has no floor: none")
-        let scanWithout = keys(Scanner.filter(scan: ScanOptions(), watch: WatchOptions(rssi: -90)))
+        let scanWithout = keys(Discovery.filter(scan: ScanOptions(), watch: WatchOptions(rssi: -90)))
         #expect(scanWithout["RSSI"] == nil, "the scan has no floor: none")
     }
 }

@@ -213,9 +213,9 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         }
         try await eventually("discovering") { discovering() }
         try await rig.control("EndDiscovery", [])
-        try await eventually("discovery restarted") { rig.central.scanner.restartCount >= 1 && discovering() }
+        try await eventually("discovery restarted") { rig.central.discovery.restartCount >= 1 && discovering() }
         try await rig.control("Restart", [.uint32(200)])
-        try await eventually("discovery restarted after bluetoothd came back") { rig.central.scanner.restartCount >= 2 && discovering() }
+        try await eventually("discovery restarted after bluetoothd came back") { rig.central.discovery.restartCount >= 2 && discovering() }
         #expect(await rig.central.scanStatus().scanning)
     }
 

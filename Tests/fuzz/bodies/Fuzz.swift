@@ -145,7 +145,7 @@ final class Probe: Central {
     /// The SetDiscoveryFilter call the scanner would make libdbus takes.
     private func discoveryFilter(scan: ScanOptions?, watch: WatchOptions?) {
         let call = Message.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
-                                      member: "SetDiscoveryFilter", [.stringVariantDictionary(Scanner.filter(scan: scan, watch: watch))])
+                                      member: "SetDiscoveryFilter", [.stringVariantDictionary(Discovery.filter(scan: scan, watch: watch))])
         do { dbus_message_unref(try Marshal.build(call)) } catch {
             require(false, "the discovery filter for \(String(describing: scan)) and \(String(describing: watch)) is refused: \(error)")
         }

@@ -1,0 +1,362 @@
+import BLE
+import DBus
+import FoundationEssentials
+import Synchronization
+import Threading
+
+/// BlueZ's discovery, and what it is for: the scan (until it is stopped, or its timeout), the
+/// watch (a discovery of its own that lasts as long as the gateway, for sensors) and the devices
+/// listened for (kept devices to connect again once heard). One BlueZ discovery serves them all:
+/// its filter is what all can take (BlueZ merges every client's filters; what it cannot take is
+/// applied to the advertisement reports). When BlueZ's discovery ends without this side stopping
+/// it (the adapter reset or powered off and on, another client, bluetoothd restarting, the bus
+/// coming back) it is started again.
+final class Discovery: Sendable {
+    private let link: BusLink
+    private let devices: DeviceList
+    private let log: @Sendable (String) -> Void
+    /// Devices listened for (to be connected again once heard): discovery runs meanwhile.
+    let hearing: Hearing
+    private let state = Mutex(Wanted())
+    /// Starting and stopping take several BlueZ calls each; one runs at a time, so that a stop
+    /// cannot interleave with a start.
+    private let calls = SerialQueues<Int>(maxWaiting: 64, maxWait: .seconds(60))
+    /// Restarts of a discovery that ended by itself, and the one scheduled.
+    private let restarts = Mutex<(count: Int, failures: Int, timer: Task<Void, Never>?)>((0, 0, nil))
+
+    /// What the discovery is for.
+    private struct Wanted {
+        var scanning = false
+        var options: ScanOptions?
+        var startedAt: Date?
+        var stopsAt: Date?
+        /// Bumped by every start and stop, so that an old timeout cannot stop a newer scan.
+        var generation = 0
+        /// The running watch's options, and since when.
+        var watch: (options: WatchOptions, since: Date)?
+        /// Devices are listened for (`Hearing`).
+        var listening = false
+
+        /// Whether BlueZ's discovery should run (for a scan, the watch or devices listened for).
+        var discovering: Bool { scanning || watch != nil || listening }
+
+        /// The discovery filter that serves them all.
+        var filter: [(String, Value)] { Discovery.filter(scan: scanning ? options : nil, watch: watch?.options, listening: listening) }
+
+        mutating func end() {
+            scanning = false
+            stopsAt = nil
+            generation += 1
+        }
+    }
+
+    init(link: BusLink, devices: DeviceList, hearing: Hearing, log: @escaping @Sendable (String) -> Void) {
+        self.link = link
+        self.devices = devices
+        self.hearing = hearing
+        self.log = log
+    }
+
+    private var tree: ObjectTree { link.tree }
+    private var index: GATTIndex { link.index }
+
+    /// What advertisement reports are matched against: the running scan's options, the watch's.
+    func wanted() -> (scan: ScanOptions?, watch: WatchOptions?) {
+        state.withLock { s in (s.scanning ? s.options : nil, s.watch?.options) }
+    }
+
+    // MARK: - The scan
+
+    func start(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> ScanStatus in try await self.startNow(options) }
+    }
+
+    func stop() async throws(BLEError) -> ScanStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> ScanStatus in try await self.stopNow() }
+    }
+
+    func status() -> ScanStatus {
+        let s = state.withLock { $0 }
+        return ScanStatus(scanning: s.scanning, options: s.options, startedAt: s.startedAt, stopsAt: s.stopsAt, discovered: devices.scanCount)
+    }
+
+    private static func refusal(_ refusal: SerialQueues<Int>.Refusal) -> BLEError {
+        BLEError(refusal: refusal, waitingFor: "the adapter's scan calls")
+    }
+
+    private func startNow(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
+        try options.validate()
+        guard options.active else {
+            throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
+        }
+        let adapter = try link.usableAdapter()
+        // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
+        // side believes.
+        try await discover(adapter, filter: state.withLock { Self.filter(scan: options, watch: $0.watch?.options, listening: $0.listening) })
+        let now = Date()
+        let generation = state.withLock { s -> Int in
+            s.generation += 1
+            s.scanning = true
+            s.options = options
+            s.startedAt = now
+            s.stopsAt = options.timeout.map { now.addingTimeInterval($0) }
+            return s.generation
+        }
+        devices.scanStarted()
+        log("scan started: \(Self.describe(options))")
+        if let timeout = options.timeout {
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(Int(timeout * 1000)))
+                guard let self, self.state.withLock({ $0.scanning && $0.generation == generation }) else { return }
+                _ = try? await self.stop()
+            }
+        }
+        return self.status()
+    }
+
+    private func stopNow() async throws(BLEError) -> ScanStatus {
+        let wasScanning = state.withLock { s -> Bool in
+            defer { s.end() }
+            return s.scanning
+        }
+        if wasScanning {
+            await discoveryNeeded()
+            log("scan stopped")
+        }
+        return status()
+    }
+
+    /// After the scan, the watch or the listening stopped: BlueZ's discovery goes on with the
+    /// filter of what remains, or stops.
+    private func discoveryNeeded() async {
+        guard let adapter = index.adapterPath() else { return }
+        do {
+            if let filter = state.withLock({ $0.discovering ? $0.filter : nil }) {
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
+                return
+            }
+            try await adapterCall(adapter, "StopDiscovery")
+            try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
+        } catch {
+            // "No discovery started" or a powered-off adapter: the discovery is over either way.
+            log("stopping discovery: \(error)")
+        }
+    }
+
+    // MARK: - The watch
+
+    func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
+        try options.validate()
+        return try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
+            let (replaced, filter) = self.state.withLock { s -> (Bool, [(String, Value)]) in
+                let replaced = s.watch != nil
+                s.watch = (options, Date())
+                return (replaced, s.filter)
+            }
+            // Replaced options start afresh, as a new scan does: only what matches them is listed.
+            self.devices.watching(true)
+            self.log("watch \(replaced ? "changed" : "started"): \(Self.describe(options))")
+            // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
+            // (off, bluetoothd away) the discovery starts when it is.
+            do throws(BLEError) {
+                try await self.discover(try self.link.usableAdapter(), filter: filter)
+            } catch {
+                self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
+            }
+            return self.watchStatus()
+        }
+    }
+
+    func stopWatch() async throws(BLEError) -> WatchStatus {
+        try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
+            let wasWatching = self.state.withLock { s -> Bool in
+                defer { s.watch = nil }
+                return s.watch != nil
+            }
+            self.devices.watching(false)
+            if wasWatching {
+                await self.discoveryNeeded()
+                self.log("watch stopped")
+            }
+            return self.watchStatus()
+        }
+    }
+
+    func watchStatus() -> WatchStatus {
+        let discovering = index.adapterPath().flatMap { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool } ?? false
+        guard let watch = state.withLock({ $0.watch }) else { return .off }
+        return WatchStatus(watching: true, options: watch.options, since: watch.since, discovering: discovering, devices: devices.watchCount)
+    }
+
+    /// Discoveries restarted after BlueZ ended them by itself.
+    var restartCount: Int { restarts.withLock { $0.count } }
+
+    /// BlueZ's discovery ended, or may have, without this side stopping the scan: start it again
+    /// (soon, and with backoff while it fails).
+    private func discoveryEnded(_ why: String) {
+        guard state.withLock({ $0.discovering }) else { return }
+        restarts.withLock { r in
+            guard r.timer == nil else { return }
+            let delay = Duration.milliseconds(min(30_000, 200 << min(r.failures, 7)))
+            log("discovery ended (\(why)); scanning again in \(delay)")
+            r.timer = Task { [weak self] in
+                do { try await Task.sleep(for: delay) } catch { return }
+                await self?.restartDiscovery()
+            }
+        }
+    }
+
+    private func restartDiscovery() async {
+        restarts.withLock { $0.timer = nil }
+        guard state.withLock({ $0.discovering }) else { return }
+        do {
+            try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+                let (wanted, filter, options, watch) = self.state.withLock {
+                    ($0.discovering, $0.filter, $0.scanning ? $0.options : nil, $0.watch?.options)
+                }
+                guard wanted else { return }
+                let adapter = try self.link.usableAdapter()
+                guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
+                try await self.discover(adapter, filter: filter)
+                self.restarts.withLock { $0.count += 1; $0.failures = 0 }
+                self.log((options.map { "scan started again: \(Self.describe($0))" } ?? "discovery started again")
+                         + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" }
+                            ?? (options == nil ? " to hear devices to connect again" : "")))
+            }
+        } catch {
+            // Not usable yet (powered off, no bluetoothd): a state change starts it; else try later.
+            restarts.withLock { $0.failures += 1 }
+            if link.status().state == .poweredOn { discoveryEnded("starting it again failed: \(error.message)") }
+        }
+    }
+
+    /// SetDiscoveryFilter (when given), then StartDiscovery; InProgress means this connection
+    /// discovers already.
+    private func discover(_ adapter: ObjectPath, filter: [(String, Value)]?) async throws(BLEError) {
+        if let filter { try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)]) }
+        do {
+            try await adapterCall(adapter, "StartDiscovery")
+        } catch where error.detail?.contains("InProgress") == true {
+        }
+    }
+
+    private func adapterCall(_ adapter: ObjectPath, _ member: String, _ body: [Value] = []) async throws(BLEError) {
+        do {
+            _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                                           member: member, body), timeout: BusLink.callDeadline)
+        } catch {
+            throw ErrorMapping.map(error, context: .adapter)
+        }
+    }
+
+    /// What BlueZ's discovery filter can take of the scan's options and the watch's (the rest
+    /// is applied here): the scan's alone; with the watch, what lets both see all they want.
+    /// The watch never pushes its services down: BlueZ matches UUIDs against advertised service
+    /// UUIDs only, and most sensors send service data alone. Listening for devices pushes
+    /// nothing down either, and asks for every advertisement (DuplicateData): BlueZ then signals
+    /// each one it receives, which is how a device is heard.
+    static func filter(scan options: ScanOptions?, watch: WatchOptions?, listening: Bool = false) -> [(String, Value)] {
+        if listening { return [("Transport", .string("le")), ("DuplicateData", .bool(true))] }
+        guard let watch else {
+            guard let options else { return [("Transport", .string("le"))] }
+            var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(options.allowDuplicates))]
+            if !options.services.isEmpty { filter.append(("UUIDs", .strings(options.services.map(\.uuidString)))) }
+            if let rssi = options.rssi { filter.append(("RSSI", .int16(Int16(rssi)))) }
+            return filter
+        }
+        var filter: [(String, Value)] = [("Transport", .string("le")), ("DuplicateData", .bool(true))]
+        // A floor both have (the lower), or the watch's alone.
+        let floor = options.map { scan in scan.rssi.flatMap { r in watch.rssi.map { min(r, $0) } } } ?? watch.rssi
+        if let floor { filter.append(("RSSI", .int16(Int16(floor)))) }
+        return filter
+    }
+
+    static func describe(_ options: WatchOptions) -> String {
+        var parts: [String] = []
+        if !options.devices.isEmpty { parts.append("devices=" + options.devices.map(\.description).joined(separator: ",")) }
+        if !options.services.isEmpty { parts.append("services=" + shortList(options.services)) }
+        if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
+        if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        return parts.isEmpty ? "every device" : parts.joined(separator: " ")
+    }
+
+    private static func shortList(_ uuids: [BluetoothUUID]) -> String { uuids.map { $0.shortForm ?? $0.uuidString }.joined(separator: ",") }
+
+    static func describe(_ options: ScanOptions) -> String {
+        var parts: [String] = []
+        if !options.services.isEmpty { parts.append("services=" + shortList(options.services)) }
+        if let name = options.name { parts.append("name=\(name)") }
+        if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
+        if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        if let timeout = options.timeout { parts.append("timeout=\(timeout)s") }
+        return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
+    }
+
+    /// Listens for `id` from now on (discovery runs meanwhile, this side's own when no scan or
+    /// watch does): `hearing` says when it advertises.
+    func listen(_ id: BluetoothAddress) async {
+        hearing.listen(id)
+        await listeningChanged()
+    }
+
+    /// Stops listening for `id`; the discovery ends with the last device listened for (unless a
+    /// scan or the watch goes on).
+    func stopListening(_ id: BluetoothAddress) async {
+        hearing.forget(id)
+        await listeningChanged()
+    }
+
+    /// Waits until BlueZ knows `id` (it advertised), listening for it meanwhile when it does
+    /// not; false after `deadline`.
+    func lookFor(_ id: BluetoothAddress, within deadline: Duration) async -> Bool {
+        if (try? index.devicePath(id)) != nil { return true }
+        let listened = hearing.isListened(id)
+        if !listened { await listen(id) }
+        let found = await hearing.wait(id, within: deadline)
+        if !listened { await stopListening(id) }
+        return found || (try? index.devicePath(id)) != nil
+    }
+
+    /// Starts, retunes or ends the discovery as listening began or ended.
+    private func listeningChanged() async {
+        let listening = hearing.listening
+        let (changed, others) = state.withLock { s -> (Bool, Bool) in
+            defer { s.listening = listening }
+            return (s.listening != listening, s.scanning || s.watch != nil)
+        }
+        guard changed, let adapter = index.adapterPath() else { return }
+        if listening && !others { log("discovery started to hear devices to connect again") }
+        do {
+            // What is wanted when the turn comes (a later change may have come first).
+            try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+                if let filter = self.state.withLock({ $0.discovering ? $0.filter : nil }) {
+                    try await self.discover(adapter, filter: filter)
+                } else {
+                    await self.discoveryNeeded()
+                }
+            }
+        } catch {
+            log("discovery for devices to connect again: \(error.message)")
+        }
+    }
+
+    // MARK: - What the tree says
+
+    /// BlueZ's discovery ended by itself, or may have: an adapter change, a reload.
+    func observe(_ change: ObjectTree.Change) {
+        switch change {
+        case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
+            guard p == index.adapterPath() else { return }
+            if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering") }
+            if changed["Powered"]?.bool == true { discoveryEnded("the adapter is powered on again") }
+        case .reloaded:
+            if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
+        case .added(let p, let interfaces) where interfaces[BlueZ.adapterInterface] != nil:
+            // bluetoothd owns its name before it exports the adapters: a reload may find none,
+            // and the adapter then comes as InterfacesAdded, powered already (no change signal).
+            if p == index.adapterPath() { discoveryEnded("the adapter appeared") }
+        default:
+            break
+        }
+    }
+}
