@@ -412,7 +412,9 @@ final class Scanner: Sendable {
         case .reloaded: snapshots.withLock { $0.removeAll() }
         case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: snapshots.withLock { $0.removeAll() }
         case .removed(_, let names) where names.contains(BlueZ.adapterInterface): snapshots.withLock { $0.removeAll() }
-        case .removed(let p, _): snapshots.withLock { $0[p] = nil }
+        case .removed(let p, let names):
+            snapshots.withLock { $0[p] = nil }
+            if names.contains(BlueZ.deviceInterface) { forgot(p) }
         default: break
         }
         switch change {
@@ -580,6 +582,17 @@ final class Scanner: Sendable {
         info.stale = true
         info.reconnect = reconnects.withLock { $0[info.id] }
         return info
+    }
+
+    /// BlueZ removed the device at `path` (RemoveDevice, or a temporary device dropped): its pairing,
+    /// bond and trust went with it, and what is kept of it to be listed (stale) says so before the
+    /// list's version moves on, so that no read after a bond's removal shows the bond.
+    private func forgot(_ path: ObjectPath) {
+        guard path.parent == index.adapterPath(), let id = BlueZ.address(pathElement: path.lastElement) else { return }
+        scan.withLock { s in
+            if let kept = s.last[id] { s.last[id] = DeviceProperties.forgotten(kept) }
+            if let kept = s.watch?.last[id] { s.watch?.last[id] = DeviceProperties.forgotten(kept) }
+        }
     }
 
     func peripheral(_ id: BluetoothAddress) throws(BLEError) -> PeripheralInfo {
