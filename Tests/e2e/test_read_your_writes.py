@@ -8,7 +8,7 @@ On the simulator; the twin on real BlueZ is test_read_your_writes_realbluez.py, 
 helpers."""
 import pytest
 
-from conftest import Gateway
+from conftest import Gateway, wait_for
 from test_reconnect import SSE
 
 SECURE = "F0:00:00:00:00:03"  # Just Works, as in the issue
@@ -76,12 +76,17 @@ def advertised_agrees(events, mark, device, want):
     assert following and agrees(following), f"after {shown(first['peripheral'])}: {following and shown(following['peripheral'])}"
 
 
+def scan_every_advertisement(gw, devices, timeout):
+    """A scan that reports every advertisement (what the events say of a device after each change
+    shows), until `devices` are listed: they must be, for the list to say anything of them."""
+    assert gw.post("/v1/scan", {"allowDuplicates": True})[0] == 200
+    assert wait_for(lambda: set(devices) <= {d["id"] for d in gw.get("/v1/devices")[1]["devices"]}, timeout), devices
+
+
 @pytest.fixture
 def gw():
     gateway = Gateway(["--simulate"])
-    gateway.discover(SECURE, HR)
-    # Every advertisement is an event: what the events say of a device after each change shows.
-    assert gateway.post("/v1/scan", {"allowDuplicates": True})[0] == 200
+    scan_every_advertisement(gateway, [SECURE, HR], 5)
     yield gateway
     gateway.stop()
 
@@ -93,28 +98,43 @@ def events(gw):
     stream.close()
 
 
+def pair_agrees(gw, events, device, body=None):
+    """`POST …/pair` (Just Works): paired, the reads say so, and a `pairing` event tells it."""
+    answer, mark = act(gw, events, "POST", f"/v1/devices/{device}/pair", body)
+    assert answer["paired"] is True, answer
+    told(events, mark, lambda e: e.get("type") == "pairing" and e.get("device") == device and e.get("state") == "paired",
+         "the pairing")
+    return answer
+
+
 def test_pair(gw, events):
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{SECURE}/pair")
-    assert answer["paired"] is True and answer["bonded"] is True, answer
-    told(events, mark, lambda e: e.get("type") == "pairing" and e.get("state") == "paired", "the pairing")
+    assert pair_agrees(gw, events, SECURE)["bonded"] is True
+
+
+def trust_agrees(gw, events, device, trusted):
+    """`POST …/trust` (from the other value): the reads, and the device's next advertisements."""
+    act(gw, events, "POST", f"/v1/devices/{device}/trust", {"trusted": not trusted})
+    answer, mark = act(gw, events, "POST", f"/v1/devices/{device}/trust", {"trusted": trusted})
+    assert answer["trusted"] is trusted, answer
+    advertised_agrees(events, mark, device, {"trusted": trusted})
+
+
+def connect_then_disconnect_agree(gw, events, device, timeout):
+    answer, mark = act(gw, events, "POST", f"/v1/devices/{device}/connect", {"timeout": timeout})
+    assert answer["state"] == "connected", answer
+    connection_told(events, mark, device, "connected")
+    answer, mark = act(gw, events, "POST", f"/v1/devices/{device}/disconnect")
+    assert answer["state"] == "disconnected", answer
+    connection_told(events, mark, device, "disconnected")
 
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_trust(gw, events, trusted):
-    if not trusted:
-        act(gw, events, "POST", f"/v1/devices/{SECURE}/trust", {"trusted": True})
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{SECURE}/trust", {"trusted": trusted})
-    assert answer["trusted"] is trusted, answer
-    advertised_agrees(events, mark, SECURE, {"trusted": trusted})
+    trust_agrees(gw, events, SECURE, trusted)
 
 
 def test_connect_then_disconnect(gw, events):
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{SECURE}/connect", {"timeout": 10})
-    assert answer["state"] == "connected", answer
-    connection_told(events, mark, SECURE, "connected")
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{SECURE}/disconnect")
-    assert answer["state"] == "disconnected", answer
-    connection_told(events, mark, SECURE, "disconnected")
+    connect_then_disconnect_agree(gw, events, SECURE, 10)
 
 
 def test_connect_when_bluez_does_not_signal_it(gw, events):

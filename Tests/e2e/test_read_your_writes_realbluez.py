@@ -14,8 +14,9 @@ import pytest
 
 import targets
 from conftest import Gateway
-from test_read_your_writes import act, advertised_agrees, connection_told, refresh_agrees, reads_agree, told, TYPES
-from test_reconnect import SSE
+from test_read_your_writes import (act, advertised_agrees, connect_then_disconnect_agree, pair_agrees, reads_agree,
+                                   refresh_agrees, scan_every_advertisement, trust_agrees)
+from test_read_your_writes import events  # noqa: F401 (the same event stream, over this file's `gw`)
 from test_reliability_realbluez import forget_pairings, lab
 
 T = targets.current()
@@ -29,9 +30,7 @@ def gw():
     forget_pairings()
     gateway = Gateway(T["args"], env=T["env"])
     try:
-        gateway.discover(DEVICE, timeout=30)
-        # Every advertisement is an event: what the events say of the device after each change shows.
-        assert gateway.post("/v1/scan", {"allowDuplicates": True})[0] == 200
+        scan_every_advertisement(gateway, [DEVICE], 30)
         yield gateway
     finally:
         gateway.post(f"/v1/devices/{DEVICE}/disconnect")
@@ -41,21 +40,11 @@ def gw():
         forget_pairings()
 
 
-@pytest.fixture
-def events(gw):
-    stream = SSE(gw, f"types={TYPES}&device={DEVICE}")
-    yield stream
-    stream.close()
-
-
 def pair(gw, events):
-    """Connected, then paired (Just Works); the pairing told."""
+    """Connected, then paired (Just Works), as the reads and the events say."""
     act(gw, events, "POST", f"/v1/devices/{DEVICE}/connect", CONNECT)
     gw.paired = True  # from here the teardown restarts bluetoothd before it unpairs
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{DEVICE}/pair", {"timeout": 60})
-    assert answer["paired"] is True, answer
-    told(events, mark, lambda e: e.get("type") == "pairing" and e.get("state") == "paired", "the pairing")
-    return answer
+    return pair_agrees(gw, events, DEVICE, {"timeout": 60})
 
 
 def test_pair(gw, events):
@@ -65,20 +54,11 @@ def test_pair(gw, events):
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_trust(gw, events, trusted):
-    if not trusted:
-        act(gw, events, "POST", f"/v1/devices/{DEVICE}/trust", {"trusted": True})
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{DEVICE}/trust", {"trusted": trusted})
-    assert answer["trusted"] is trusted, answer
-    advertised_agrees(events, mark, DEVICE, {"trusted": trusted})
+    trust_agrees(gw, events, DEVICE, trusted)
 
 
 def test_connect_then_disconnect(gw, events):
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{DEVICE}/connect", CONNECT)
-    assert answer["state"] == "connected", answer
-    connection_told(events, mark, DEVICE, "connected")
-    answer, mark = act(gw, events, "POST", f"/v1/devices/{DEVICE}/disconnect")
-    assert answer["state"] == "disconnected", answer
-    connection_told(events, mark, DEVICE, "disconnected")
+    connect_then_disconnect_agree(gw, events, DEVICE, T["connect_timeout"])
 
 
 def test_bond_removal(gw, events):
