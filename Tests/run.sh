@@ -7,10 +7,10 @@
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
 #   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
-#      pairing through the API (passkey entry), pyserial through the serial ports, aioesphomeapi
-#      through the ESPHome proxy; then, on the same VM, a device kept connected with two holds
-#      through 10 bluetoothd restarts and 20 outages of 2 to 30 s that swallow its first reconnect
-#      attempt (alone: the VM boots best on a quiet machine);
+#      pairing through the API (passkey entry), reads after writes, pyserial through the serial
+#      ports, aioesphomeapi through the ESPHome proxy; then, on the same VM, a device kept
+#      connected with two holds through 10 bluetoothd restarts and 20 outages of 2 to 30 s that
+#      swallow its first reconnect attempt (alone: the VM boots best on a quiet machine);
 #   then three jobs side by side, each with its own log, printed when all have ended:
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
 #      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
@@ -149,7 +149,8 @@ if [ -x "$shared/realbluez/start" ]; then
         # 3 s for an outage; 9 to 10 minutes in all). All of it within 20 minutes.
         log=.build/realbluez-pytest.log rc=0
         GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
-            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_serial_realbluez.py \
+            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_read_your_writes_realbluez.py \
+            Tests/e2e/test_serial_realbluez.py \
             Tests/e2e/test_esphome_realbluez.py \
             Tests/e2e/test_reliability_realbluez.py \
             > "$log" 2>&1 || rc=$?

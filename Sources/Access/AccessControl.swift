@@ -6,8 +6,9 @@ import Synchronization
 /// bodies. A refused request is answered here, in the server's error shape, with one log line.
 ///
 /// Order: a refused origin or host (403) → a preflight (answered without a token, as browsers
-/// send none) → the client's rate (429) → the token (401; a read-only token on a request that
-/// changes something, 403) → the body's media type (415) → the route.
+/// send none) → the client's rate (429) → a token in the URL outside the routes that take one
+/// (401) → the token (401; a read-only token on a request that changes something, 403) → the
+/// body's media type (415) → the route.
 public final class AccessControl: Sendable {
     public struct Configuration: Sendable {
         public var tokens: TokenSet
@@ -17,14 +18,19 @@ public final class AccessControl: Sendable {
         public var requestBurst: Double
         /// Paths served without a token (a health check).
         public var openPaths: Set<String>
+        /// Routes that take a token in the URL (`?access_token=`): the streams a browser opens with
+        /// `EventSource` or `WebSocket`, which cannot set headers. A URL ends up in proxies' logs and
+        /// shells' histories, so anywhere else a token in it is refused.
+        public var queryTokenRoutes: [PathPattern]
 
         public init(tokens: TokenSet = TokenSet(), origins: OriginPolicy, requestsPerSecond: Double = 0,
-                    requestBurst: Double = 0, openPaths: Set<String> = []) {
+                    requestBurst: Double = 0, openPaths: Set<String> = [], queryTokenRoutes: [PathPattern] = []) {
             self.tokens = tokens
             self.origins = origins
             self.requestsPerSecond = requestsPerSecond
             self.requestBurst = requestBurst
             self.openPaths = openPaths
+            self.queryTokenRoutes = queryTokenRoutes
         }
     }
 
@@ -32,6 +38,7 @@ public final class AccessControl: Sendable {
     private let origins: OriginPolicy
     private let limiter: RateLimiter?
     private let openPaths: Set<String>
+    private let queryTokenRoutes: [PathPattern]
     public let refusals: RefusalLog
 
     public init(_ configuration: Configuration, log: @escaping @Sendable (String) -> Void) {
@@ -42,6 +49,7 @@ public final class AccessControl: Sendable {
                           burst: max(configuration.requestBurst, configuration.requestsPerSecond))
             : nil
         openPaths = configuration.openPaths
+        queryTokenRoutes = configuration.queryTokenRoutes
         refusals = RefusalLog(log: log)
     }
 
@@ -60,22 +68,30 @@ public final class AccessControl: Sendable {
     public func role(of request: Request) -> Role? {
         let set = tokens.withLock { $0 }
         guard !set.isEmpty else { return .readWrite }
-        return Self.credential(of: request).flatMap { set.role(of: $0) }
+        return credential(of: request).flatMap { set.role(of: $0) }
+    }
+
+    /// The query parameter that carries a token on `queryTokenRoutes`.
+    static let queryTokenName = "access_token"
+
+    /// Whether the request may carry its token in the URL: a GET of one of `queryTokenRoutes`.
+    private func takesTokenInQuery(_ request: Request) -> Bool {
+        (request.method == "GET" || request.method == "HEAD") && queryTokenRoutes.contains { $0.matches(request) }
     }
 
     /// The bearer token a request carries: `Authorization: Bearer …`; for what a browser cannot
-    /// give headers to (EventSource, WebSocket), `?access_token=…` on a GET, or a WebSocket
-    /// subprotocol `bearer.…` offered with the real one.
-    static func credential(of request: Request) -> Substring? {
+    /// give headers to (EventSource, WebSocket), `?access_token=…` on a GET of one of
+    /// `queryTokenRoutes`, or a WebSocket subprotocol `bearer.…` offered with the real one.
+    func credential(of request: Request) -> Substring? {
         if let authorization = request.headers["authorization"] {
             let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
             if parts.count == 2, parts[0].lowercased() == "bearer" { return parts[1].trimmingWhitespace }
             return nil
         }
         if request.method == "GET" || request.method == "HEAD" {
-            if let query = request.query["access_token"] { return Substring(query) }
-            if let offered = WebSocketHandshake.offeredSubprotocols(request).first(where: { $0.hasPrefix(bearerSubprotocolPrefix) }) {
-                return Substring(offered.dropFirst(bearerSubprotocolPrefix.count))
+            if takesTokenInQuery(request), let query = request.query[Self.queryTokenName] { return Substring(query) }
+            if let offered = WebSocketHandshake.offeredSubprotocols(request).first(where: { $0.hasPrefix(Self.bearerSubprotocolPrefix) }) {
+                return Substring(offered.dropFirst(Self.bearerSubprotocolPrefix.count))
             }
         }
         return nil
@@ -117,6 +133,9 @@ public final class AccessControl: Sendable {
                     "more than \(Self.describe(limiter.perSecond)) requests per second from \(request.clientAddress) (--rate-limit); retry in \(retryAfter) s",
                     retryAfter: retryAfter)))
             }
+            if !tokens.isEmpty, request.query[Self.queryTokenName] != nil, !self.takesTokenInQuery(request) {
+                return Self.withHeaders(cors, self.refuseTokenInQuery(request))
+            }
             if !self.openPaths.contains(request.path) {
                 if let refusal = self.authorize(request, tokens) { return Self.withHeaders(cors, refusal) }
             }
@@ -127,7 +146,7 @@ public final class AccessControl: Sendable {
 
     private func authorize(_ request: Request, _ set: TokenSet) -> Response? {
         guard !set.isEmpty else { return nil }
-        guard let credential = Self.credential(of: request) else {
+        guard let credential = credential(of: request) else {
             return refuse(request, "token", .unauthorized(
                 "this gateway needs a token: Authorization: Bearer TOKEN (or ?access_token= for event streams)", invalidToken: false))
         }
@@ -173,9 +192,19 @@ public final class AccessControl: Sendable {
         ])
     }
 
-    private func refuse(_ request: Request, _ kind: String, _ error: ServerError) -> Response {
-        refusals.refused(kind, client: request.clientAddress, "\(error.status) \(request.method) \(request.path)")
+    private func refuse(_ request: Request, _ kind: String, _ error: ServerError, query: String = "") -> Response {
+        refusals.refused(kind, client: request.clientAddress, "\(error.status) \(request.method) \(request.path)\(query)")
         return .error(error)
+    }
+
+    /// A token in the URL of a route that takes none there: the client learns where it goes, the
+    /// log says which route was asked so, without the token.
+    private func refuseTokenInQuery(_ request: Request) -> Response {
+        let routes = queryTokenRoutes.map(\.description).joined(separator: ", ")
+        let message = "send the token in the header Authorization: Bearer TOKEN, not in the URL, which ends up in logs and histories; "
+            + (routes.isEmpty ? "no route takes ?\(Self.queryTokenName)="
+               : "only the event streams take ?\(Self.queryTokenName)=, for browsers that cannot set headers there: GET \(routes)")
+        return refuse(request, "token in URL", .unauthorized(message, invalidToken: false), query: "?\(Self.queryTokenName)=…")
     }
 
     private static func withHeaders(_ headers: [(name: String, value: String)], _ response: Response) -> Response {

@@ -36,7 +36,9 @@ final class AdvertisementReports: Sendable {
         case .reloaded: snapshots.withLock { $0.removeAll() }
         case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: snapshots.withLock { $0.removeAll() }
         case .removed(_, let names) where names.contains(BlueZ.adapterInterface): snapshots.withLock { $0.removeAll() }
-        case .removed(let p, _): snapshots.withLock { $0[p] = nil }
+        case .removed(let p, let names):
+            snapshots.withLock { $0[p] = nil }
+            if names.contains(BlueZ.deviceInterface) { devices.forgot(p) }
         default: break
         }
         switch change {

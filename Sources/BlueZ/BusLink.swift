@@ -87,6 +87,13 @@ final class BusLink: Sendable {
         }
     }
 
+    /// Reads an object's properties of `interface` into the mirror: after a call that changed
+    /// them, answers and lists (made from the mirror) say what BlueZ says now, whether or not it
+    /// signals the change (it does not always; FIELD-NOTES).
+    func readIntoMirror(_ path: ObjectPath, _ interface: String) async {
+        if let props = try? await getAllProperties(path, interface) { tree.refresh(path, interface, props) }
+    }
+
     /// Sends a message (a reply to a call on gattway's objects) if there is a bus connection.
     func send(_ message: Message) {
         do { try connection?.send(message) } catch { log("cannot answer \(message.member ?? "a call"): \(error)") }

@@ -294,27 +294,33 @@ final class Connector: Sendable {
     func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
         guard let adapter = index.adapterPath(), path.parent == adapter,
               let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
+        // Only a change is told: BlueZ's signal can repeat what a read of the properties
+        // (after Connect, Disconnect) put in the mirror already.
         if connected {
-            up.withLock { _ = $0.insert(id) }
+            guard up.withLock({ $0.insert(id).inserted }) else { return }
             events(.connection(id: id, state: .connected, error: nil))
         } else {
-            up.withLock { _ = $0.remove(id) }
+            let was = up.withLock { $0.remove(id) != nil }
             let ours = disconnecting.withLock { $0.remove(id) != nil }
+            guard was else { return }
             let error = ours ? nil : BLEError(.peripheralDisconnected, "\(id) disconnected")
             events(.connection(id: id, state: .disconnected, error: error))
             if let error { linkLost(id, error) }
         }
     }
 
-    /// After a reload (bluetoothd left or came back): a device whose link was up and no longer is
-    /// lost it (whether the others try early is `observe`'s transition check).
+    /// After a reload (bluetoothd left or came back, or gattway started): the links up are the
+    /// ones BlueZ has now; a device whose link was up and no longer is lost it (whether the others
+    /// try early is `observe`'s transition check).
     func reconcileLinks() {
-        let lost = up.withLock { up -> [BluetoothAddress] in
-            let gone = up.filter { id in
-                guard let path = try? index.devicePath(id) else { return true }
-                return tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool != true
+        let connected = Set(index.adapterPath().map { adapter in
+            tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
+                path.parent == adapter && props["Connected"]?.bool == true ? DeviceProperties.address(props) : nil
             }
-            up.subtract(gone)
+        } ?? [])
+        let lost = up.withLock { up -> [BluetoothAddress] in
+            let gone = up.subtracting(connected)
+            up = connected
             return Array(gone)
         }
         for id in lost.sorted() {

@@ -116,6 +116,17 @@ final class DeviceList: Sendable {
         return new
     }
 
+    /// BlueZ removed the device at `path` (RemoveDevice, or a temporary device dropped): its
+    /// pairing, bond and trust went with it, and what is kept of it to be listed (stale) says so
+    /// before the list's version moves on, so that no read after a bond's removal shows the bond.
+    func forgot(_ path: ObjectPath) {
+        guard path.parent == index.adapterPath(), let id = BlueZ.address(pathElement: path.lastElement) else { return }
+        sightings.withLock { s in
+            if let kept = s.last[id] { s.last[id] = DeviceProperties.forgotten(kept) }
+            if let kept = s.watch?.last[id] { s.watch?.last[id] = DeviceProperties.forgotten(kept) }
+        }
+    }
+
     // MARK: - What the connector says
 
     /// The connector's view of a kept device (nil: no longer kept).

@@ -82,6 +82,15 @@ enum DeviceProperties {
         return info
     }
 
+    /// `info` once BlueZ forgot the device: the pairing, the bond and the trust went with its object.
+    static func forgotten(_ info: PeripheralInfo) -> PeripheralInfo {
+        var info = info
+        info.paired = false
+        info.bonded = false
+        info.trusted = false
+        return info
+    }
+
     static func peripheral(_ props: [String: Value], lastSeen: Date?) -> PeripheralInfo? {
         guard let id = address(props) else { return nil }
         var info = PeripheralInfo(id: id, addressType: props["AddressType"]?.string, name: name(props), rssi: rssi(props),

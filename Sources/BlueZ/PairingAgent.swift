@@ -110,6 +110,8 @@ final class PairingAgent: Sendable {
                                                      member: "CancelPairing"), timeout: BusLink.callDeadline)
                 failure = BLEError(.encryptionTimedOut, "\(id) was not paired within \(Connector.seconds(timeout))", detail: error.description)
             } else if error.name == "org.bluez.Error.AlreadyExists" {
+                // Bonded already, which the mirror may not know yet: read it, so the answer says so.
+                await link.readIntoMirror(path, BlueZ.deviceInterface)
                 return
             } else {
                 failure = lastDecline(id) ?? ErrorMapping.map(error, context: .device)
@@ -119,7 +121,7 @@ final class PairingAgent: Sendable {
             events(.pairing(id: id, state: .failed(failure)))
             throw failure
         }
-        if let props = try? await link.getAllProperties(path, BlueZ.deviceInterface) { tree.refresh(path, BlueZ.deviceInterface, props) }
+        await link.readIntoMirror(path, BlueZ.deviceInterface)
         log("\(id): paired" + (tree.properties(at: path, BlueZ.deviceInterface)?["Bonded"]?.bool == true ? " and bonded" : ""))
         events(.pairing(id: id, state: .paired))
     }

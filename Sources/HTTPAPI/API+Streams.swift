@@ -25,6 +25,10 @@ extension API {
         })
     }
 
+    /// The streams a browser opens with `EventSource` or `WebSocket`, which cannot set headers:
+    /// the only routes that take a token in the URL (`?access_token=`; docs/security.md).
+    public static let queryTokenRoutes = ["/v1/events", "/v1/ws", "/v1/devices/{id}/serial"].map(PathPattern.init)
+
     /// The subprotocol of `/v1/ws`, for clients that offer one (`["gattway", "bearer.TOKEN"]`).
     static let webSocketSubprotocol = "gattway"
 

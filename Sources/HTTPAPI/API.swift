@@ -32,7 +32,7 @@ public final class API: Sendable {
         self.gateway = gateway
         self.serial = serial ?? SerialPorts(links: SerialLinks(gateway: gateway, log: log), log: log)
         self.limits = limits
-        self.access = access ?? AccessControl(.init(origins: try! OriginPolicy(allowing: [])), log: log)
+        self.access = access ?? AccessControl(.init(origins: try! OriginPolicy(allowing: []), queryTokenRoutes: Self.queryTokenRoutes), log: log)
         streams = StreamLimit(limit: limits.streams, perClient: limits.clientStreams)
     }
 

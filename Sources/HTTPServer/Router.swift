@@ -3,11 +3,8 @@ import Synchronization
 /// Answers one request; runs on the Swift concurrency pool, never on the server's I/O thread.
 public typealias Handler = @Sendable (Request) async -> Response
 
-/// Dispatches requests by method and path pattern.
-///
-/// A pattern is a path whose segments are literal or `{name}`; a `{name}` segment matches one
-/// non-empty path segment (decoded, so it may contain `/` sent as `%2F`) and lands in
-/// `Request.pathParameters`. Matching is exact: no trailing-slash or case folding. When several
+/// Dispatches requests by method and path pattern (`PathPattern`); a `{name}` segment's value
+/// lands in `Request.pathParameters`. When several
 /// patterns match, the one with a literal at the first position where they differ wins
 /// (`/devices/scan` before `/devices/{id}`), among the routes of the request's method.
 public final class Router: Sendable {
@@ -21,10 +18,10 @@ public final class Router: Sendable {
     /// Registers a handler; do this before serving. A malformed pattern or a second handler for
     /// the same method and pattern is a programming error and traps.
     public func add(_ method: String, _ pattern: String, _ handler: @escaping Handler) {
-        let route = Route(method: method.uppercased(), pattern: Self.parse(pattern), handler: handler)
+        let route = Route(method: method.uppercased(), pattern: PathPattern(pattern), handler: handler)
         routes.withLock { routes in
             precondition(
-                !routes.contains { $0.method == route.method && $0.shape == route.shape },
+                !routes.contains { $0.method == route.method && $0.pattern.shape == route.pattern.shape },
                 "duplicate route \(route.method) \(pattern)")
             routes.append(route)
         }
@@ -37,7 +34,7 @@ public final class Router: Sendable {
     public func handle(_ request: Request) async -> Response {
         let routes = self.routes.withLock { $0 }
         let matches = routes.compactMap { route in
-            route.match(request.pathSegments).map { (route: route, parameters: $0) }
+            route.pattern.match(request.pathSegments).map { (route: route, parameters: $0) }
         }
         if matches.isEmpty {
             return errorResponder(.notFound(method: request.method, path: request.path))
@@ -61,7 +58,7 @@ public final class Router: Sendable {
     /// unknown path. CORS preflight answers list them.
     public func allowedMethods(_ request: Request) -> [String] {
         let routes = self.routes.withLock { $0 }
-        return Self.allowed(routes.filter { $0.match(request.pathSegments) != nil }.map(\.method))
+        return Self.allowed(routes.filter { $0.pattern.matches(request) }.map(\.method))
     }
 
     /// The methods of some routes, with `HEAD` where `GET` is, sorted.
@@ -76,67 +73,15 @@ public final class Router: Sendable {
         _ request: Request, _ matches: [(route: Route, parameters: [String: String])], method: String
     ) async -> Response? {
         let candidates = matches.filter { $0.route.method == method }
-        guard let best = candidates.min(by: { $0.route.isMoreSpecific(than: $1.route) }) else { return nil }
+        guard let best = candidates.min(by: { $0.route.pattern.isMoreSpecific(than: $1.route.pattern) }) else { return nil }
         var routed = request
         routed.pathParameters = best.parameters
         return await best.route.handler(routed).rendered(by: errorResponder)
     }
-
-    private static func parse(_ pattern: String) -> [Route.Segment] {
-        precondition(pattern.first == "/", "route pattern must start with /: \(pattern)")
-        return RequestTarget.split(pattern[...]).map { segment in
-            if segment.first == "{" && segment.last == "}" && segment.count > 2 {
-                let name = segment.dropFirst().dropLast()
-                precondition(!name.contains { "{}".contains($0) }, "bad parameter in route pattern \(pattern)")
-                return .parameter(String(name))
-            }
-            precondition(!segment.contains { "{}".contains($0) }, "bad route pattern \(pattern)")
-            return .literal(String(segment))
-        }
-    }
 }
 
 private struct Route: Sendable {
-    enum Segment: Sendable, Equatable {
-        case literal(String)
-        case parameter(String)
-    }
-
     let method: String
-    let pattern: [Segment]
+    let pattern: PathPattern
     let handler: Handler
-
-    /// The pattern with parameter names left out: two routes of one method must differ in it.
-    var shape: [String?] {
-        pattern.map { if case .literal(let literal) = $0 { literal } else { nil } }
-    }
-
-    /// The parameters if `segments` matches the pattern.
-    func match(_ segments: [String]) -> [String: String]? {
-        guard segments.count == pattern.count else { return nil }
-        var parameters: [String: String] = [:]
-        for (expected, segment) in zip(pattern, segments) {
-            switch expected {
-            case .literal(let literal):
-                guard segment == literal else { return nil }
-            case .parameter(let name):
-                guard !segment.isEmpty else { return nil }
-                parameters[name] = segment
-            }
-        }
-        return parameters
-    }
-
-    /// For two patterns matching the same path: a literal beats a parameter at the first position
-    /// where they differ.
-    func isMoreSpecific(than other: Route) -> Bool {
-        for (mine, theirs) in zip(pattern, other.pattern) {
-            switch (mine, theirs) {
-            case (.literal, .parameter): return true
-            case (.parameter, .literal): return false
-            default: continue
-            }
-        }
-        return false
-    }
 }

@@ -61,7 +61,8 @@ struct Loaded {
         }
         if !options.allowedOrigins.isEmpty { log("access: pages from \(options.allowedOrigins.joined(separator: ", ")) may use the API") }
         return AccessControl(.init(tokens: tokens, origins: origins, requestsPerSecond: options.rateLimit,
-                                   requestBurst: 2 * options.rateLimit, openPaths: API.openPaths), log: log)
+                                   requestBurst: 2 * options.rateLimit, openPaths: API.openPaths,
+                                   queryTokenRoutes: API.queryTokenRoutes), log: log)
     }
 
     private static func tlsCredentials(_ options: Options) throws(UsageError) -> TLSCredentials? {

@@ -1,4 +1,4 @@
-import HTTPServer
+@testable import HTTPServer
 import Synchronization
 import Testing
 @testable import Access
@@ -18,11 +18,15 @@ import Testing
         }
     }
 
+    /// Routes that take a token in the URL, as the API names its streams.
+    static let streams = ["/v1/events", "/v1/ws", "/v1/devices/{id}/serial"].map(PathPattern.init)
+
     static func guarded(tokens: String? = nil, origins: [String] = [], rate: Double = 0, burst: Double = 0,
                         log: @escaping @Sendable (String) -> Void = { _ in }) throws -> (Handler, Counter) {
         let set = try tokens.map { try TokenSet.parse(lines: $0, source: "t") } ?? TokenSet()
         let access = AccessControl(.init(tokens: set, origins: try OriginPolicy(allowing: origins),
-                                         requestsPerSecond: rate, requestBurst: burst, openPaths: ["/v1/state"]), log: log)
+                                         requestsPerSecond: rate, requestBurst: burst, openPaths: ["/v1/state"],
+                                         queryTokenRoutes: streams), log: log)
         let counter = Counter()
         return (access.guarded(counter.handler, allowedMethods: { _ in ["GET", "HEAD", "POST"] }), counter)
     }
@@ -40,11 +44,47 @@ import Testing
         #expect(await handler(Self.request(headers: ["authorization": "Basic \(Self.rw)"])).status == 401)
         #expect(await handler(Self.request(headers: ["authorization": "Bearer \(Self.rw)"])).status == 200)
         #expect(await handler(Self.request(headers: ["authorization": "bearer  \(Self.ro)"])).status == 200)
-        #expect(await handler(Self.request(query: [("access_token", Self.ro)])).status == 200)
+        #expect(await handler(Self.request("GET", "/v1/events", query: [("access_token", Self.ro)])).status == 200)
         #expect(await handler(Self.request(headers: ["sec-websocket-protocol": "gattway, bearer.\(Self.rw)"])).status == 200)
         // The query and subprotocol carriers are for GETs (streams) only.
-        #expect(await handler(Self.request("POST", query: [("access_token", Self.rw)])).status == 401)
+        #expect(await handler(Self.request("POST", "/v1/events", query: [("access_token", Self.rw)])).status == 401)
         #expect(counter.calls.load(ordering: .relaxed) == 4)
+    }
+
+    /// `?access_token=` is taken by the streams only (a browser's EventSource and WebSocket cannot
+    /// set headers); anywhere else it is refused, the answer saying where a token goes, even with
+    /// a valid header beside it, and the log line has no token.
+    @Test(arguments: [
+        ("GET", "/v1/events", 200), ("GET", "/v1/ws", 200), ("GET", "/v1/devices/F0:00:00:00:00:0F/serial", 200),
+        ("HEAD", "/v1/events", 200),
+        ("GET", "/v1/devices", 401), ("GET", "/v1/devices/F0:00:00:00:00:0F", 401), ("GET", "/v1/events/x", 401),
+        ("GET", "/v1/devices/F0:00:00:00:00:0F/serial/x", 401), ("GET", "/v1/state", 401), ("POST", "/v1/events", 401),
+        ("DELETE", "/v1/scan", 401),
+    ])
+    func tokensInTheURLOnlyOnStreams(method: String, path: String, status: Int) async throws {
+        let lines = Mutex<[String]>([])
+        let (handler, counter) = try Self.guarded(tokens: Self.rw, log: { line in lines.withLock { $0.append(line) } })
+        let response = await handler(Self.request(method, path, query: [("access_token", Self.rw)]))
+        #expect(response.status == status)
+        #expect(counter.calls.load(ordering: .relaxed) == (status == 200 ? 1 : 0))
+        if status == 401 {
+            guard case .error(.unauthorized(let text, invalidToken: false)) = response.kind else {
+                Issue.record("not a refusal for want of a token: \(response.kind)")
+                return
+            }
+            #expect(text.contains("Authorization: Bearer TOKEN") && text.contains("/v1/devices/{id}/serial"), "\(text)")
+            #expect(lines.withLock { $0 } == ["refused (token in URL) 127.0.0.1: 401 \(method) \(path)?access_token=…"])
+            let withHeader = await handler(Self.request(method, path, headers: ["authorization": "Bearer \(Self.rw)"],
+                                                        query: [("access_token", Self.rw)]))
+            #expect(withHeader.status == 401)
+        }
+        #expect(!lines.withLock { $0 }.joined().contains(Self.rw))
+    }
+
+    @Test func withoutTokensTheQueryIsNoMatter() async throws {
+        let (handler, counter) = try Self.guarded()
+        #expect(await handler(Self.request(query: [("access_token", Self.rw)])).status == 200)
+        #expect(counter.calls.load(ordering: .relaxed) == 1)
     }
 
     @Test func readOnlyTokensReadOnly() async throws {

@@ -55,4 +55,13 @@ import GatewayTesting
     @Test func onlyTheDashboardAndTheHealthCheckAreOpen() {
         #expect(API.openPaths == ["/", "/v1/state", "/ui/app.js", "/ui/style.css", "/ui/names.json", "/ui/icon.svg"])
     }
+
+    /// The routes that take `?access_token=` are the streams, each routed for GET.
+    @Test func onlyTheStreamsTakeATokenInTheURL() {
+        #expect(API.queryTokenRoutes.map(\.description) == ["/v1/events", "/v1/ws", "/v1/devices/{id}/serial"])
+        for route in API.queryTokenRoutes {
+            let path = route.description.replacingOccurrences(of: "{id}", with: "F0:00:00:00:00:0F")
+            #expect(router.allowedMethods(Request(method: "GET", path: path)) == ["GET", "HEAD"], "\(path)")
+        }
+    }
 }

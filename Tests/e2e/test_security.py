@@ -1,7 +1,8 @@
 """Access control and limits, against `gattway --simulate` over HTTP as a client sees them:
-tokens on every route of openapi.yaml, read-only tokens, SIGHUP, bodies that must be JSON,
-origins and CORS, the DNS-rebinding guard, loopback-only without tokens, and each limit
-answered as documented (429 / 431 / close 1009) with one log line."""
+tokens on every route of openapi.yaml, a token in the URL taken by the streams only, read-only
+tokens, SIGHUP, bodies that must be JSON, origins and CORS, the DNS-rebinding guard,
+loopback-only without tokens, and each limit answered as documented (429 / 431 / close 1009)
+with one log line."""
 import asyncio
 import json
 import os
@@ -271,3 +272,75 @@ def test_oversize_headers_and_websocket_messages():
         assert gw.get("/v1/state")[0] == 200
     finally:
         gw.stop()
+
+
+# Issue 35 (2): what a browser opens without headers takes the token in its URL, nothing else.
+STREAMS = {p.format(**SAMPLES) for p in ("/v1/events", "/v1/ws", "/v1/devices/{id}/serial")}
+
+
+def documented_message(example):
+    with open(os.path.join(ROOT, "openapi.yaml")) as f:
+        spec = yaml.safe_load(f)
+    return spec["components"]["responses"]["Unauthorized"]["content"]["application/json"]["examples"][example]["value"]["error"]["message"]
+
+
+def test_a_token_in_the_url_is_refused_outside_the_streams(secured):
+    """401 with the message openapi.yaml shows (send `Authorization: Bearer`), on every route but
+    the streams, even beside a valid header; the refusal is logged without the token."""
+    message = documented_message("tokenInURL")
+    # The issue's case: a plain GET of the list with the token in its URL.
+    status, reply, headers = secured.get("/v1/devices?access_token=" + RW)
+    assert status == 401 and reply["error"]["message"] == message, reply
+    assert reply["error"]["name"] == "insufficientAuthentication" and headers["WWW-Authenticate"] == 'Bearer realm="gattway"'
+    # Every other route of the spec, the open ones too, even beside a valid header.
+    others = [(m, p) for m, p, _ in operations() if p not in STREAMS]
+    assert len(others) > 30, others
+    for method, path in others:
+        body = {} if method in ("POST", "PUT") else None
+        status, reply, _ = secured.request(method, path + "?access_token=" + RO, body, headers=bearer(RW))
+        assert status == 401 and reply["error"]["message"] == message, (method, path, status, reply)
+    assert secured.request("GET", "/v1/devices", headers=bearer(RW))[0] == 200
+    refusals = [line for line in secured.log if "refused (token in URL)" in line]
+    assert refusals and refusals[0].endswith("401 GET /v1/devices?access_token=…"), refusals
+    assert not [line for line in secured.log if RW in line or RO in line]
+
+
+def test_the_streams_take_a_token_in_the_url_and_nothing_logs_it(secured):
+    """SSE, `/v1/ws` and the serial WebSocket work with `?access_token=`, as a browser opens them;
+    the request lines name the paths, and no line holds a token."""
+    from test_reconnect import SSE, connection
+    from test_serial import HM10, receive_bytes, ws_url
+    assert secured.post("/v1/scan", {}, headers=bearer(RW))[0] == 200
+    assert wait_for(lambda: {HR, HM10} <= {d["id"] for d in secured.request("GET", "/v1/devices", headers=bearer(RO))[1]["devices"]}, 5)
+
+    # Server-Sent Events, as EventSource opens them: a read-only token is enough.
+    events = SSE(secured, f"types=connection&device={HR}&access_token={RO}")
+    try:
+        assert secured.post(f"/v1/devices/{HR}/connect", {"timeout": 10}, headers=bearer(RW))[0] == 200
+        assert events.wait(connection("connected"), 10), events.events
+    finally:
+        events.close()
+
+    # The events' WebSocket.
+    async def session():
+        async with websockets.connect(secured.base.replace("http://", "ws://") + "/v1/ws?access_token=" + RO) as ws:
+            await ws.send(json.dumps({"op": "read", "id": "r", "device": HR, "characteristic": "2a19"}))
+            return json.loads(await ws.recv())
+    read = asyncio.run(session())
+    assert read["op"] == "result" and read["id"] == "r", read
+
+    # The serial port's WebSocket (it connects the device itself), echoing what is written.
+    from websockets.sync.client import connect as ws_connect
+    with ws_connect(ws_url(secured, HM10, write=True, connect="auto", access_token=RW)) as sock:
+        sock.send("hello, UART")
+        assert receive_bytes(sock, 11) == b"hello, UART"
+
+    # The same streams without the token, or with a wrong one, are refused.
+    status, _, headers = secured.request("GET", "/v1/events?types=state&access_token=not-a-token-0123456789")
+    assert status == 401 and 'error="invalid_token"' in headers["WWW-Authenticate"]
+    assert secured.request("GET", f"/v1/devices/{HM10}/serial")[0] == 401
+
+    # Requests are logged by their path, never with their query.
+    for path in ("/v1/events", "/v1/ws", f"/v1/devices/{HM10}/serial"):
+        assert any(f" GET {path} " in line for line in secured.log), (path, secured.log[-20:])
+    assert not [line for line in secured.log if RW in line or RO in line or "access_token" in line]
