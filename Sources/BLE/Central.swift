@@ -2,16 +2,20 @@ import FoundationEssentials
 
 /// The manager state and why it is so.
 public struct ManagerStatus: Sendable, Equatable {
+    /// The best of the adapters in use: poweredOn while any is.
     public var state: ManagerState
-    /// The adapter in use ("hci0"), once one is known.
+    /// The first usable adapter ("hci0"), or the first in use, once one is known.
     public var adapter: String?
     /// Why the state is not poweredOn, in words a user can act on.
     public var reason: String?
+    /// How many adapters in use are usable (powered), when BlueZ was read.
+    public var usableAdapters: Int?
 
-    public init(state: ManagerState, adapter: String? = nil, reason: String? = nil) {
+    public init(state: ManagerState, adapter: String? = nil, reason: String? = nil, usableAdapters: Int? = nil) {
         self.state = state
         self.adapter = adapter
         self.reason = reason
+        self.usableAdapters = usableAdapters
     }
 }
 
@@ -25,9 +29,13 @@ public struct AdapterInfo: Sendable, Equatable {
     public var discovering: Bool
     /// Whether this gateway uses it (the others are left alone).
     public var selected: Bool
+    /// LE links up on it now.
+    public var connections: Int
+    /// The most links it took at once when it refused another (BlueZ tells no limit before).
+    public var connectionLimit: Int?
 
     public init(id: String, address: BluetoothAddress?, name: String?, alias: String?, powered: Bool,
-                discovering: Bool, selected: Bool) {
+                discovering: Bool, selected: Bool, connections: Int = 0, connectionLimit: Int? = nil) {
         self.id = id
         self.address = address
         self.name = name
@@ -35,6 +43,8 @@ public struct AdapterInfo: Sendable, Equatable {
         self.powered = powered
         self.discovering = discovering
         self.selected = selected
+        self.connections = connections
+        self.connectionLimit = connectionLimit
     }
 }
 
@@ -59,6 +69,11 @@ public struct PeripheralInfo: Sendable, Equatable {
     public var reconnect: ReconnectStatus?
     /// Not seen (advertising) for a while, or no longer known to the stack: shown as last seen.
     public var stale = false
+    /// The adapter that holds its link, while connected (or connecting).
+    public var adapter: String?
+    /// The adapters that hear it, each with its latest RSSI: with several adapters, `rssi` is the
+    /// best recent one of them.
+    public var adapters: [AdapterSighting] = []
 
     public init(id: BluetoothAddress, addressType: String?, name: String?, rssi: Int?, lastSeen: Date?,
                 state: PeripheralState, paired: Bool, advertisement: AdvertisementData, mtu: Int? = nil) {
@@ -71,6 +86,23 @@ public struct PeripheralInfo: Sendable, Equatable {
         self.state = state
         self.paired = paired
         self.advertisement = advertisement
+    }
+}
+
+/// One adapter that hears a device.
+public struct AdapterSighting: Sendable, Equatable {
+    public var adapter: String
+    public var rssi: Int?
+    /// When it last heard an advertisement of it.
+    public var lastSeen: Date?
+    /// Bonded through this adapter (bonds are per adapter).
+    public var bonded: Bool
+
+    public init(adapter: String, rssi: Int?, lastSeen: Date?, bonded: Bool = false) {
+        self.adapter = adapter
+        self.rssi = rssi
+        self.lastSeen = lastSeen
+        self.bonded = bonded
     }
 }
 
@@ -133,6 +165,9 @@ public protocol Central: Sendable {
     /// (or a failed first attempt) it tries again on its `ReconnectPolicy`'s schedule, and
     /// restores the notifications it had, until `disconnect`.
     func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo
+    /// `connect` through the adapter named (nil: the central's choice). A central with one
+    /// adapter takes nil or its own name; another is `invalidParameters`.
+    func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo
     /// Waits, at most `listening`, to hear the device advertise (discovering meanwhile), then
     /// connects as `connect` does, without keeping it: how a link lost is made again, so that no
     /// attempt waits in the kernel for a device that is not there. Not heard: `connectionTimeout`.
@@ -187,6 +222,13 @@ public protocol Central: Sendable {
 
 extension Central {
     public var peripheralsVersion: UInt64? { nil }
+    public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
+        if let adapter, let own = await status().adapter, adapter != own {
+            throw BLEError(.invalidParameters, "adapter \(adapter) is not one gattway can use now; usable: \(own)")
+        }
+        return try await connect(id, timeout: timeout, autoReconnect: autoReconnect)
+    }
+
     /// A central that cannot listen connects at once.
     public func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo {
         try await connect(id, timeout: timeout, autoReconnect: false)

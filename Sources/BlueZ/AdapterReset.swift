@@ -8,14 +8,15 @@ import Synchronization
 /// that device refused, "Input/output error" or "Operation already in progress"); bonds stay.
 /// Every link on the adapter goes down with it; the kept ones are connected again.
 ///
-/// At most once per `interval`, so that a device that is merely unreachable cannot have the
-/// adapter reset again and again; `enabled` false turns it off.
+/// Each adapter at most once per `interval`, so that a device that is merely unreachable cannot
+/// have it reset again and again; `enabled` false turns it off.
 final class AdapterReset: Sendable {
     private let link: BusLink
     private let log: @Sendable (String) -> Void
     let enabled: Bool
     let interval: Duration
-    private let last = Mutex<ContinuousClock.Instant?>(nil)
+    /// When each adapter was last reset.
+    private let last = Mutex<[ObjectPath: ContinuousClock.Instant]>([:])
     private let count = Atomic<Int>(0)
 
     init(link: BusLink, enabled: Bool, interval: Duration, log: @escaping @Sendable (String) -> Void) {
@@ -29,21 +30,20 @@ final class AdapterReset: Sendable {
     var resets: Int { count.load(ordering: .relaxed) }
 
     /// Whether a reset began at or after `instant`.
-    func done(since instant: ContinuousClock.Instant) -> Bool { last.withLock { $0.map { $0 >= instant } ?? false } }
+    func done(since instant: ContinuousClock.Instant) -> Bool { last.withLock { $0.values.contains { $0 >= instant } } }
 
     /// Powers the adapter off and on, unless turned off or done within `interval`; what
     /// happened, for the caller's error message.
-    func reset(because why: String) async -> String {
+    func reset(_ adapter: ObjectPath, because why: String) async -> String {
         guard enabled else { return "resetting the adapter is turned off" }
         let now = ContinuousClock.now
         let allowed = last.withLock { last -> Bool in
-            if let at = last, now - at < interval { return false }
-            last = now
+            if let at = last[adapter], now - at < interval { return false }
+            last[adapter] = now
             return true
         }
-        guard allowed else { return "the adapter was reset less than \(Connector.seconds(interval)) ago" }
-        guard let adapter = link.index.adapterPath() else { return "no adapter to reset" }
         let name = String(adapter.lastElement)
+        guard allowed else { return "\(name) was reset less than \(Connector.seconds(interval)) ago" }
         log("\(name): resetting the adapter (powered off and on) because \(why)")
         count.add(1, ordering: .relaxed)
         do throws(BusError) {
@@ -54,7 +54,7 @@ final class AdapterReset: Sendable {
             return "resetting the adapter failed: \(error.message)"
         }
         log("\(name): the adapter was reset")
-        return "the adapter was reset"
+        return "the adapter (\(name)) was reset"
     }
 
     /// bluetoothd answers once the kernel has done it; the mirror is read again then, as the

@@ -33,7 +33,9 @@ final class AdvertisementReports: Sendable {
     /// Called by the tree's observer, for every change.
     func observe(_ change: ObjectTree.Change) {
         switch change {
-        case .reloaded: snapshots.withLock { $0.removeAll() }
+        case .reloaded:
+            snapshots.withLock { $0.removeAll() }
+            devices.forgetSightings()
         case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: snapshots.withLock { $0.removeAll() }
         case .removed(_, let names) where names.contains(BlueZ.adapterInterface): snapshots.withLock { $0.removeAll() }
         case .removed(let p, let names):
@@ -55,7 +57,7 @@ final class AdvertisementReports: Sendable {
         case .properties(let p, let interface, _, _) where interface == BlueZ.deviceInterface: path = p
         default: return
         }
-        guard let adapter = index.adapterPath(), path.parent == adapter,
+        guard let adapter = path.parent, index.isInUse(adapter: adapter),
               let props = tree.properties(at: path, BlueZ.deviceInterface) else {
             snapshots.withLock { $0[path] = nil }
             return
@@ -78,7 +80,10 @@ final class AdvertisementReports: Sendable {
         default:
             break
         }
-        if advertised { hearing.heard(address) }
+        if advertised {
+            hearing.heard(address)
+            devices.sighted(address, on: adapter.lastElement, rssi: snapshot.rssi, at: now)
+        }
         let (scan, watch) = discovery.wanted()
         guard scan != nil || watch != nil else { return }
         // Parsed only for a device the scan or the watch does not follow yet, once.

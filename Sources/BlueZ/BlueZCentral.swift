@@ -32,11 +32,11 @@ public final class BlueZCentral: Central {
 
     /// A central on the bus at `address` (the system bus's, usually). Without a bus at start, or
     /// after it went away, it reports `unsupported` and connects again with backoff.
-    public convenience init(busAddress address: String, adapter: String?, reconnectPolicy: ReconnectPolicy = .standard,
+    public convenience init(busAddress address: String, adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard,
                             staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
                             pairing: PairingOptions = PairingOptions(), recovery: RecoveryOptions = RecoveryOptions(),
                             log: @escaping @Sendable (String) -> Void = { _ in }) {
-        self.init(adapter: adapter, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
+        self.init(adapters: adapters, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
                   pairing: pairing, recovery: recovery, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
@@ -46,12 +46,12 @@ public final class BlueZCentral: Central {
     /// A device the scan found and has not seen for `staleAfter` is listed `stale`; the watch
     /// forgets one it has not heard for `forgetAfter`. Notifications wanted that have not started
     /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
-    public init(adapter: String?, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
+    public init(adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
                 forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10), pairing: PairingOptions = PairingOptions(),
                 recovery: RecoveryOptions = RecoveryOptions(),
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
-        let index = GATTIndex(tree: tree, adapterName: adapter)
+        let index = GATTIndex(tree: tree, selection: adapters)
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
         let devices = DeviceList(link: link, staleAfter: staleAfter, forgetAfter: forgetAfter)
         let hearing = Hearing()
@@ -143,7 +143,11 @@ public final class BlueZCentral: Central {
     public func peripheral(_ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo { try devices.peripheral(id) }
 
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
-        let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect)
+        try await connect(id, timeout: timeout, autoReconnect: autoReconnect, adapter: nil)
+    }
+
+    public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
+        let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect, adapter: adapter)
         settle(id)
         await gatt.resubscribe(id)
         return info

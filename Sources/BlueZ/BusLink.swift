@@ -246,7 +246,8 @@ final class BusLink: Sendable {
             bus.withLock { $0 = .ready }
             tree.load(objects, replySerial: reply.serial, owner: reply.sender)
             let adapters = objects.values.filter { $0[BlueZ.adapterInterface] != nil }.count
-            log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(index.adapterPath()?.lastElement ?? "none")")
+            let inUse = index.adapterPaths().map { String($0.lastElement) }
+            log("BlueZ: \(objects.count) objects, \(adapters) adapter(s); using \(inUse.isEmpty ? "none" : inUse.joined(separator: ", "))")
             loaded(())
         } catch {
             let absent = error.name == "org.freedesktop.DBus.Error.ServiceUnknown" || error.name == "org.freedesktop.DBus.Error.NameHasNoOwner"
@@ -300,31 +301,63 @@ final class BusLink: Sendable {
         case .ready:
             break
         }
-        guard let path = index.adapterPath(), let props = tree.properties(at: path, BlueZ.adapterInterface) else {
-            let reason = index.adapterName.map { "adapter \($0) not found" } ?? "no Bluetooth adapter"
-            return ManagerStatus(state: .unsupported, reason: reason)
+        let inUse = index.adapterPaths()
+        guard let first = inUse.first else {
+            let reason: String
+            switch index.selection {
+            case .all: reason = "no Bluetooth adapter"
+            case .named(let names): reason = names.count == 1 ? "adapter \(names[0]) not found" : "none of the adapters \(names.joined(separator: ", ")) found"
+            }
+            return ManagerStatus(state: .unsupported, reason: reason, usableAdapters: 0)
         }
-        let name = String(path.lastElement)
-        if props["Powered"]?.bool != true {
-            return ManagerStatus(state: .poweredOff, adapter: name, reason: "adapter \(name) is powered off")
+        let usable = usableAdapters()
+        guard let best = usable.first else {
+            let names = inUse.map { String($0.lastElement) }
+            let reason = names.count == 1 ? "adapter \(names[0]) is powered off" : "adapters \(names.joined(separator: ", ")) are powered off"
+            return ManagerStatus(state: .poweredOff, adapter: String(first.lastElement), reason: reason, usableAdapters: 0)
         }
-        return ManagerStatus(state: .poweredOn, adapter: name)
+        return ManagerStatus(state: .poweredOn, adapter: String(best.lastElement), usableAdapters: usable.count)
     }
 
+    /// Every adapter BlueZ lists, those in use said so, with the links up on each.
     func adapters() -> [AdapterInfo] {
-        let selected = index.adapterPath()
-        return tree.objects(with: BlueZ.adapterInterface, under: BlueZ.root).map { path, props in
+        tree.objects(with: BlueZ.adapterInterface, under: BlueZ.root).sorted {
+            AdapterSelection.precedes(String($0.0.lastElement), String($1.0.lastElement))
+        }.map { path, props in
             AdapterInfo(id: String(path.lastElement), address: DeviceProperties.address(props),
                         name: props["Name"]?.string, alias: props["Alias"]?.string,
                         powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
-                        selected: path == selected)
+                        selected: index.isInUse(adapter: path), connections: connections(on: path),
+                        connectionLimit: limits.withLock { $0[path] })
         }
     }
 
-    /// The adapter's path, or the error a request gets while Bluetooth is not usable.
+    /// LE links up on an adapter.
+    func connections(on adapter: ObjectPath) -> Int {
+        tree.objects(with: BlueZ.deviceInterface, under: adapter).count { $0.0.parent == adapter && $0.1["Connected"]?.bool == true }
+    }
+
+    /// The most links each adapter took when it refused another, learned from its refusals.
+    private let limits = Mutex<[ObjectPath: Int]>([:])
+
+    /// An adapter refused a link for want of a slot with `links` up: its limit, from now on.
+    func learnLimit(_ adapter: ObjectPath, links: Int) { limits.withLock { $0[adapter] = links } }
+
+    /// Whether the adapter has a free link slot, as far as its refusals tell.
+    func hasFreeSlot(_ adapter: ObjectPath) -> Bool {
+        guard let limit = limits.withLock({ $0[adapter] }) else { return true }
+        return connections(on: adapter) < limit
+    }
+
+    /// The adapters in use that are powered, in order.
+    func usableAdapters() -> [ObjectPath] {
+        index.adapterPaths().filter { tree.properties(at: $0, BlueZ.adapterInterface)?["Powered"]?.bool == true }
+    }
+
+    /// The first usable adapter's path, or the error a request gets while Bluetooth is not usable.
     func usableAdapter() throws(BLEError) -> ObjectPath {
         let status = status()
-        guard status.state == .poweredOn, let path = index.adapterPath() else {
+        guard status.state == .poweredOn, let path = usableAdapters().first else {
             throw BLEError(.unknown, "Bluetooth is \(status.state.name)" + (status.reason.map { ": \($0)" } ?? ""))
         }
         return path

@@ -20,15 +20,17 @@ extension Connector {
 
     /// Counts a failed connect; the second in a row that looks stuck resets the adapter (which
     /// the error then says).
-    func failedConnect(_ id: BluetoothAddress, _ error: BLEError) async -> BLEError {
+    func failedConnect(_ id: BluetoothAddress, _ error: BLEError, on adapter: ObjectPath?) async -> BLEError {
+        guard let adapter else { return error }
         let stuck = looksStuck(id, error)
+        let key = Strike(device: id, adapter: adapter)
         let count = strikes.withLock { s -> Int in
-            s[id] = stuck ? (s[id] ?? 0) + 1 : nil
-            return s[id] ?? 0
+            s[key] = stuck ? (s[key] ?? 0) + 1 : nil
+            return s[key] ?? 0
         }
         guard count >= 2 else { return error }
-        strikes.withLock { _ = $0.removeValue(forKey: id) }
-        let what = await adapterReset.reset(because: "\(id) failed to connect \(count) times in a row as it does while a stale link "
+        strikes.withLock { _ = $0.removeValue(forKey: key) }
+        let what = await adapterReset.reset(adapter, because: "\(id) failed to connect \(count) times in a row as it does while a stale link "
                                             + "is left below BlueZ (\(error.detail ?? error.message))")
         var told = error
         told.message += "; \(what)"

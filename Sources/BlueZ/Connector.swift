@@ -36,9 +36,14 @@ final class Connector: Sendable {
     let reconnected = HandlerSlot<BluetoothAddress>()
     /// Whether Bluetooth was usable (poweredOn) at the last change.
     let usable = Mutex(false)
-    /// Connects in a row, per device, that failed as they do while a stale link is left
-    /// (`looksStuck`): the second resets the adapter.
-    let strikes = Mutex<[BluetoothAddress: Int]>([:])
+    /// Connects in a row, per device and adapter, that failed as they do while a stale link is
+    /// left (`looksStuck`): the second resets the adapter (the stale link is in its kernel).
+    let strikes = Mutex<[Strike: Int]>([:])
+
+    struct Strike: Hashable {
+        let device: BluetoothAddress
+        let adapter: ObjectPath
+    }
     let adapterReset: AdapterReset
 
     struct Kept {
@@ -99,10 +104,10 @@ final class Connector: Sendable {
 
     /// Connects; with `keep`, keeps the device connected from now on (a failed attempt is
     /// tried again, unless it cannot succeed).
-    func connect(_ id: BluetoothAddress, timeout: Duration, keep: Bool) async throws(BLEError) -> PeripheralInfo {
+    func connect(_ id: BluetoothAddress, timeout: Duration, keep: Bool, adapter: String? = nil) async throws(BLEError) -> PeripheralInfo {
         if keep { startKeeping(id) }
         do {
-            let info = try await connectOnce(id, timeout: timeout)
+            let info = try await connectOnce(id, timeout: timeout, adapter: adapter)
             linkRestored(id)
             return info
         } catch {
@@ -117,15 +122,56 @@ final class Connector: Sendable {
         }
     }
 
-    func connectOnce(_ id: BluetoothAddress, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+    /// Connects through the adapter named, or the one that heard the device best lately and has a
+    /// free link slot; an adapter that refuses for want of a slot passes it to the next that hears
+    /// the device.
+    func connectOnce(_ id: BluetoothAddress, timeout: Duration, adapter named: String? = nil) async throws(BLEError) -> PeripheralInfo {
         _ = try link.usableAdapter()
-        let path = try index.devicePath(id)
-        do {
-            let info = try await connectInTurn(id, path, timeout: timeout)
-            strikes.withLock { _ = $0.removeValue(forKey: id) }
-            return info
-        } catch {
-            throw await failedConnect(id, error)
+        let candidates = try adapters(for: id, named: named)
+        var refused: BLEError?
+        for path in candidates {
+            do {
+                let info = try await connectInTurn(id, path, timeout: timeout)
+                if let adapter = path.parent { strikes.withLock { _ = $0.removeValue(forKey: Strike(device: id, adapter: adapter)) } }
+                return info
+            } catch where error.code == .cb(.connectionLimitReached) {
+                if let adapter = path.parent { link.learnLimit(adapter, links: link.connections(on: adapter)) }
+                if candidates.count > 1 { log("\(id): \(path.parent?.lastElement ?? "") has no free link slot; trying the next adapter that hears it") }
+                refused = error
+            } catch {
+                throw await failedConnect(id, error, on: path.parent)
+            }
+        }
+        throw refused ?? BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+    }
+
+    /// The device's objects to connect through, best first: the one on the adapter named; else
+    /// the one already linked, or those on usable adapters, the adapter that heard it most
+    /// strongly lately first, those without a free link slot last.
+    func adapters(for id: BluetoothAddress, named: String?) throws(BLEError) -> [ObjectPath] {
+        let usable = link.usableAdapters()
+        if let named {
+            guard let adapter = usable.first(where: { $0.lastElement == named }) else {
+                let names = usable.map { String($0.lastElement) }
+                throw BLEError(.invalidParameters, "adapter \(named) is not one gattway can use now; usable: "
+                               + (names.isEmpty ? "none" : names.joined(separator: ", ")))
+            }
+            guard let path = adapter.child(BlueZ.pathElement(id)), tree.properties(at: path, BlueZ.deviceInterface) != nil else {
+                throw BLEError(.unknownDevice, "\(named) has not heard \(id); scan for it first")
+            }
+            return [path]
+        }
+        let paths = index.devicePaths(id).filter { path in usable.contains { $0 == path.parent } }
+        guard paths.count > 1 else {
+            if paths.isEmpty { _ = try index.devicePath(id) }
+            return paths
+        }
+        if let linked = paths.first(where: { tree.properties(at: $0, BlueZ.deviceInterface)?["Connected"]?.bool == true }) { return [linked] }
+        let strength = devices.strengths(id)
+        return paths.sorted { a, b in
+            let (fa, fb) = (a.parent.map(link.hasFreeSlot) ?? true, b.parent.map(link.hasFreeSlot) ?? true)
+            if fa != fb { return fa }
+            return strength[String(a.parent?.lastElement ?? "")] ?? Int.min > strength[String(b.parent?.lastElement ?? "")] ?? Int.min
         }
     }
 
@@ -192,22 +238,26 @@ final class Connector: Sendable {
     /// A connected device is disconnected first, and only then removed: bluetoothd 5.66 removing
     /// a connected bonded device itself crashed in the lab ("free(): invalid pointer" after
     /// "Source ID … was not found").
+    /// On every adapter in use that knows it (bonds are per adapter).
     func removeDevice(_ id: BluetoothAddress) async throws(BLEError) {
-        let adapter = try link.usableAdapter()
-        let path = try index.devicePath(id)
+        _ = try link.usableAdapter()
+        _ = try index.devicePath(id)
         try await inTurn(id) { () async throws(BLEError) in
-            if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true { try await endLink(id, path) }
-            disconnecting.withLock { _ = $0.insert(id) }
-            do throws(BusError) {
-                _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
-                                                    member: "RemoveDevice", [.objectPath(path)]), timeout: Self.disconnectDeadline)
-            } catch {
-                disconnecting.withLock { _ = $0.remove(id) }
-                throw ErrorMapping.map(error, context: .device)
-            }
-            // BlueZ answers before its InterfacesRemoved arrives: wait for it (bounded).
-            _ = await waiters.wait(for: path, timeout: Self.disconnectDeadline, current: { self.tree.properties(at: $0, BlueZ.deviceInterface) }) {
-                $0 == nil ? true : nil
+            for path in index.devicePaths(id) {
+                guard let adapter = path.parent else { continue }
+                if tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true { try await endLink(id, path) }
+                disconnecting.withLock { _ = $0.insert(id) }
+                do throws(BusError) {
+                    _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapter, interface: BlueZ.adapterInterface,
+                                                        member: "RemoveDevice", [.objectPath(path)]), timeout: Self.disconnectDeadline)
+                } catch {
+                    disconnecting.withLock { _ = $0.remove(id) }
+                    throw ErrorMapping.map(error, context: .device)
+                }
+                // BlueZ answers before its InterfacesRemoved arrives: wait for it (bounded).
+                _ = await waiters.wait(for: path, timeout: Self.disconnectDeadline, current: { self.tree.properties(at: $0, BlueZ.deviceInterface) }) {
+                    $0 == nil ? true : nil
+                }
             }
             log("\(id): removed from BlueZ (bond and GATT cache forgotten)")
         }
@@ -269,8 +319,12 @@ final class Connector: Sendable {
         case .reloaded:
             waiters.check { self.tree.properties(at: $0, BlueZ.deviceInterface) }
             reconcileLinks()
-        case .added(let p, _), .removed(let p, _):
+        case .added(let p, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
+        case .removed(let p, let names):
+            waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
+            // An adapter pulled out takes its devices' objects with it, without a Connected=false.
+            if names.contains(BlueZ.adapterInterface) || names.contains(BlueZ.deviceInterface) { reconcileLinks() }
         case .properties(let p, let interface, let changed, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
             if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
@@ -292,7 +346,7 @@ final class Connector: Sendable {
     }
 
     func connectionChanged(_ path: ObjectPath, _ connected: Bool) {
-        guard let adapter = index.adapterPath(), path.parent == adapter,
+        guard let adapter = path.parent, index.isInUse(adapter: adapter),
               let id = tree.properties(at: path, BlueZ.deviceInterface).flatMap(DeviceProperties.address) else { return }
         // Only a change is told: BlueZ's signal can repeat what a read of the properties
         // (after Connect, Disconnect) put in the mirror already.
@@ -313,18 +367,18 @@ final class Connector: Sendable {
     /// ones BlueZ has now; a device whose link was up and no longer is lost it (whether the others
     /// try early is `observe`'s transition check).
     func reconcileLinks() {
-        let connected = Set(index.adapterPath().map { adapter in
+        let connected = Set(index.adapterPaths().flatMap { adapter in
             tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props in
                 path.parent == adapter && props["Connected"]?.bool == true ? DeviceProperties.address(props) : nil
             }
-        } ?? [])
+        })
         let lost = up.withLock { up -> [BluetoothAddress] in
             let gone = up.subtracting(connected)
             up = connected
             return Array(gone)
         }
         for id in lost.sorted() {
-            let error = BLEError(.peripheralDisconnected, "\(id) disconnected: bluetoothd's objects are gone")
+            let error = BLEError(.peripheralDisconnected, "\(id) disconnected: its objects are gone (bluetoothd or the adapter went away)")
             events(.connection(id: id, state: .disconnected, error: error))
             linkLost(id, error)
         }

@@ -15,6 +15,9 @@ final class DeviceList: Sendable {
     /// Devices the connector keeps connected, and where each stands: listed even when unseen.
     private let reconnects = Mutex<[BluetoothAddress: ReconnectStatus]>([:])
     private let sightings = Mutex(Sightings())
+    /// Per device, the adapters that heard it advertise, with the RSSI and when. Entries go with
+    /// the device objects (one per adapter), all at a reload.
+    private let heardBy = Mutex<[BluetoothAddress: [String: Heard]]>([:])
     /// Bumped by every change that can change `peripherals()`.
     private let listVersion = Atomic<UInt64>(0)
 
@@ -22,6 +25,14 @@ final class DeviceList: Sendable {
     let staleAfter: Double
     /// The watch forgets a device not heard for this long.
     let forgetAfter: Double
+
+    struct Heard: Sendable {
+        var rssi: Int?
+        var at: Date
+    }
+
+    /// With several adapters, the RSSI a device shows is the best one heard this recently.
+    static let recent: TimeInterval = 10
 
     private struct Sightings {
         /// Devices that matched since the scan started, with when they were last seen.
@@ -116,11 +127,31 @@ final class DeviceList: Sendable {
         return new
     }
 
+    /// An adapter heard `address` advertise.
+    func sighted(_ address: BluetoothAddress, on adapter: Substring, rssi: Int?, at now: Date) {
+        heardBy.withLock { $0[address, default: [:]][String(adapter)] = Heard(rssi: rssi, at: now) }
+    }
+
+    /// The RSSI each adapter heard the device with lately (adapter name → RSSI; -127 when it
+    /// reported none).
+    func strengths(_ id: BluetoothAddress) -> [String: Int] {
+        let now = Date()
+        return (heardBy.withLock { $0[id] } ?? [:]).filter { now.timeIntervalSince($0.value.at) < Self.recent }.mapValues { $0.rssi ?? -127 }
+    }
+
+    /// Every adapter's sightings are void (BlueZ's objects were read anew).
+    func forgetSightings() { heardBy.withLock { $0.removeAll() } }
+
     /// BlueZ removed the device at `path` (RemoveDevice, or a temporary device dropped): its
     /// pairing, bond and trust went with it, and what is kept of it to be listed (stale) says so
     /// before the list's version moves on, so that no read after a bond's removal shows the bond.
     func forgot(_ path: ObjectPath) {
-        guard path.parent == index.adapterPath(), let id = BlueZ.address(pathElement: path.lastElement) else { return }
+        guard let adapter = path.parent, let id = BlueZ.address(pathElement: path.lastElement) else { return }
+        heardBy.withLock { h in
+            h[id]?[String(adapter.lastElement)] = nil
+            if h[id]?.isEmpty == true { h[id] = nil }
+        }
+        guard index.isInUse(adapter: adapter), index.devicePaths(id).isEmpty else { return }
         sightings.withLock { s in
             if let kept = s.last[id] { s.last[id] = DeviceProperties.forgotten(kept) }
             if let kept = s.watch?.last[id] { s.watch?.last[id] = DeviceProperties.forgotten(kept) }
@@ -154,14 +185,25 @@ final class DeviceList: Sendable {
     /// A matched device not seen for `staleAfter` is `stale`, and stays listed (as last seen)
     /// when BlueZ has forgotten it.
     func peripherals() -> [PeripheralInfo] {
-        guard let adapter = index.adapterPath() else { return [] }
+        let adapters = index.adapterPaths()
+        guard !adapters.isEmpty else { return [] }
         let (seen, last, heard) = sightings.withLock { ($0.seen, $0.last, $0.watch?.heard ?? [:]) }
         let moving = self.moving.withLock { $0 }
         let kept = reconnects.withLock { $0 }
-        var listed = tree.objects(with: BlueZ.deviceInterface, under: adapter).compactMap { path, props -> PeripheralInfo? in
-            guard path.parent == adapter, let address = DeviceProperties.address(props) else { return nil }
-            guard seen[address] != nil || props["Connected"]?.bool == true || moving[address] != nil || kept[address] != nil else { return nil }
-            return info(path, props, lastSeen: seen[address] ?? heard[address], transition: moving[address])
+        var objects: [BluetoothAddress: [(ObjectPath, [String: Value])]] = [:]
+        var order: [BluetoothAddress] = []
+        for adapter in adapters {
+            for (path, props) in tree.objects(with: BlueZ.deviceInterface, under: adapter) where path.parent == adapter {
+                guard let address = DeviceProperties.address(props) else { continue }
+                if objects[address] == nil { order.append(address) }
+                objects[address, default: []].append((path, props))
+            }
+        }
+        var listed = order.compactMap { address -> PeripheralInfo? in
+            guard let all = objects[address] else { return nil }
+            guard seen[address] != nil || all.contains(where: { $0.1["Connected"]?.bool == true }) || moving[address] != nil
+                    || kept[address] != nil else { return nil }
+            return merged(address, all, lastSeen: seen[address] ?? heard[address], transition: moving[address])
         }
         let present = Set(listed.map(\.id))
         listed += last.filter { !present.contains($0.key) }.map { stale($0.value) }
@@ -177,8 +219,7 @@ final class DeviceList: Sendable {
         }
         let moving = self.moving.withLock { $0 }
         return heard.compactMap { address, seen -> PeripheralInfo? in
-            if adapter != nil, let path = try? index.devicePath(address), let props = tree.properties(at: path, BlueZ.deviceInterface),
-               let info = info(path, props, lastSeen: seen, transition: moving[address]) {
+            if adapter != nil, let info = merged(address, objects(of: address), lastSeen: seen, transition: moving[address]) {
                 return info
             }
             return last[address].map(stale)
@@ -186,16 +227,48 @@ final class DeviceList: Sendable {
     }
 
     func peripheral(_ id: BluetoothAddress) throws(BLEError) -> PeripheralInfo {
-        let path: ObjectPath
-        do {
-            path = try index.devicePath(id)
-        } catch {
+        let all = objects(of: id)
+        guard !all.isEmpty else {
             if let snapshot = sightings.withLock({ $0.last[id] ?? $0.watch?.last[id] }) { return stale(snapshot) }
-            throw error
-        }
-        guard let props = tree.properties(at: path, BlueZ.deviceInterface),
-              let info = info(path, props, lastSeen: sightings.withLock({ $0.seen[id] ?? $0.watch?.heard[id] }), transition: moving.withLock({ $0[id] })) else {
             throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+        }
+        guard let info = merged(id, all, lastSeen: sightings.withLock({ $0.seen[id] ?? $0.watch?.heard[id] }), transition: moving.withLock({ $0[id] })) else {
+            throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
+        }
+        return info
+    }
+
+    /// The device's objects, one per adapter in use that knows it, in adapter order.
+    private func objects(of id: BluetoothAddress) -> [(ObjectPath, [String: Value])] {
+        index.devicePaths(id).compactMap { path in tree.properties(at: path, BlueZ.deviceInterface).map { (path, $0) } }
+    }
+
+    /// One device from its objects (one per adapter that knows it): as the one that holds its link
+    /// says, else the one that heard it best lately; with the adapters that hear it, and the best
+    /// recent RSSI.
+    private func merged(_ id: BluetoothAddress, _ all: [(ObjectPath, [String: Value])], lastSeen: Date?,
+                        transition: PeripheralState?) -> PeripheralInfo? {
+        guard let first = all.first else { return nil }
+        let heard = heardBy.withLock { $0[id] ?? [:] }
+        let now = Date()
+        func strength(_ object: (ObjectPath, [String: Value])) -> Int {
+            guard let h = heard[String(object.0.parent?.lastElement ?? "")], now.timeIntervalSince(h.at) < Self.recent else { return Int.min }
+            return h.rssi ?? -127
+        }
+        let linked = all.first { $0.1["Connected"]?.bool == true }
+        let primary = linked ?? (all.count > 1 ? all.max { strength($0) < strength($1) } ?? first : first)
+        guard var info = info(primary.0, primary.1, lastSeen: lastSeen, transition: transition) else { return nil }
+        // With one adapter in use, which one hears and holds what goes without saying.
+        guard index.adapterPaths().count > 1 else { return info }
+        if linked != nil { info.adapter = primary.0.parent.map { String($0.lastElement) } }
+        info.adapters = all.map { path, props in
+            let name = String(path.parent?.lastElement ?? "")
+            return AdapterSighting(adapter: name, rssi: heard[name]?.rssi ?? DeviceProperties.rssi(props), lastSeen: heard[name]?.at,
+                                   bonded: props["Bonded"]?.bool == true)
+        }
+        if all.count > 1, let best = info.adapters.filter({ $0.lastSeen.map { now.timeIntervalSince($0) < Self.recent } ?? false })
+            .compactMap(\.rssi).max() {
+            info.rssi = best
         }
         return info
     }

@@ -89,10 +89,9 @@ final class Discovery: Sendable {
         guard options.active else {
             throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
         }
-        let adapter = try link.usableAdapter()
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes.
-        try await discover(adapter, filter: state.withLock { Self.filter(scan: options, watch: $0.watch?.options, listening: $0.listening) })
+        try await discoverOnEveryAdapter(filter: state.withLock { Self.filter(scan: options, watch: $0.watch?.options, listening: $0.listening) })
         let now = Date()
         let generation = state.withLock { s -> Int in
             s.generation += 1
@@ -129,18 +128,36 @@ final class Discovery: Sendable {
     /// After the scan, the watch or the listening stopped: BlueZ's discovery goes on with the
     /// filter of what remains, or stops.
     private func discoveryNeeded() async {
-        guard let adapter = index.adapterPath() else { return }
-        do {
-            if let filter = state.withLock({ $0.discovering ? $0.filter : nil }) {
-                try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
-                return
+        for adapter in index.adapterPaths() {
+            do {
+                if let filter = state.withLock({ $0.discovering ? $0.filter : nil }) {
+                    try await adapterCall(adapter, "SetDiscoveryFilter", [.stringVariantDictionary(filter)])
+                    continue
+                }
+                try await adapterCall(adapter, "StopDiscovery")
+                try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
+            } catch {
+                // "No discovery started" or a powered-off adapter: the discovery is over either way.
+                log("stopping discovery on \(adapter.lastElement): \(error)")
             }
-            try await adapterCall(adapter, "StopDiscovery")
-            try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
-        } catch {
-            // "No discovery started" or a powered-off adapter: the discovery is over either way.
-            log("stopping discovery: \(error)")
         }
+    }
+
+    /// The same discovery on every usable adapter in use; an error only when none runs it.
+    private func discoverOnEveryAdapter(filter: [(String, Value)]) async throws(BLEError) {
+        _ = try link.usableAdapter()
+        var failure: BLEError?
+        var started = 0
+        for adapter in link.usableAdapters() {
+            do throws(BLEError) {
+                try await discover(adapter, filter: filter)
+                started += 1
+            } catch {
+                log("discovery on \(adapter.lastElement): \(error.message)")
+                failure = error
+            }
+        }
+        if started == 0, let failure { throw failure }
     }
 
     // MARK: - The watch
@@ -159,7 +176,7 @@ final class Discovery: Sendable {
             // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
             // (off, bluetoothd away) the discovery starts when it is.
             do throws(BLEError) {
-                try await self.discover(try self.link.usableAdapter(), filter: filter)
+                try await self.discoverOnEveryAdapter(filter: filter)
             } catch {
                 self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
             }
@@ -183,7 +200,7 @@ final class Discovery: Sendable {
     }
 
     func watchStatus() -> WatchStatus {
-        let discovering = index.adapterPath().flatMap { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool } ?? false
+        let discovering = index.adapterPaths().contains { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool == true }
         guard let watch = state.withLock({ $0.watch }) else { return .off }
         return WatchStatus(watching: true, options: watch.options, since: watch.since, discovering: discovering, devices: devices.watchCount)
     }
@@ -215,11 +232,16 @@ final class Discovery: Sendable {
                     ($0.discovering, $0.filter, $0.scanning ? $0.options : nil, $0.watch?.options)
                 }
                 guard wanted else { return }
-                let adapter = try self.link.usableAdapter()
-                guard self.tree.properties(at: adapter, BlueZ.adapterInterface)?["Discovering"]?.bool != true else { return }
-                try await self.discover(adapter, filter: filter)
+                _ = try self.link.usableAdapter()
+                // Every usable adapter that is not discovering: the one that ended, one that came.
+                let ended = self.link.usableAdapters().filter {
+                    self.tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool != true
+                }
+                guard !ended.isEmpty else { return }
+                for adapter in ended { try await self.discover(adapter, filter: filter) }
                 self.restarts.withLock { $0.count += 1; $0.failures = 0 }
-                self.log((options.map { "scan started again: \(Self.describe($0))" } ?? "discovery started again")
+                let on = self.index.adapterPaths().count > 1 ? " on " + ended.map { String($0.lastElement) }.joined(separator: ", ") : ""
+                self.log((options.map { "scan started again\(on): \(Self.describe($0))" } ?? "discovery started again\(on)")
                          + (watch.map { options == nil ? " for the watch: \(Self.describe($0))" : ", with the watch" }
                             ?? (options == nil ? " to hear devices to connect again" : "")))
             }
@@ -324,13 +346,13 @@ final class Discovery: Sendable {
             defer { s.listening = listening }
             return (s.listening != listening, s.scanning || s.watch != nil)
         }
-        guard changed, let adapter = index.adapterPath() else { return }
+        guard changed, index.adapterPath() != nil else { return }
         if listening && !others { log("discovery started to hear devices to connect again") }
         do {
             // What is wanted when the turn comes (a later change may have come first).
             try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
                 if let filter = self.state.withLock({ $0.discovering ? $0.filter : nil }) {
-                    try await self.discover(adapter, filter: filter)
+                    try await self.discoverOnEveryAdapter(filter: filter)
                 } else {
                     await self.discoveryNeeded()
                 }
@@ -346,15 +368,16 @@ final class Discovery: Sendable {
     func observe(_ change: ObjectTree.Change) {
         switch change {
         case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
-            guard p == index.adapterPath() else { return }
-            if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering") }
-            if changed["Powered"]?.bool == true { discoveryEnded("the adapter is powered on again") }
+            guard index.isInUse(adapter: p) else { return }
+            if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering on \(p.lastElement)") }
+            if changed["Powered"]?.bool == true { discoveryEnded("\(p.lastElement) is powered on again") }
         case .reloaded:
             if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
         case .added(let p, let interfaces) where interfaces[BlueZ.adapterInterface] != nil:
             // bluetoothd owns its name before it exports the adapters: a reload may find none,
             // and the adapter then comes as InterfacesAdded, powered already (no change signal).
-            if p == index.adapterPath() { discoveryEnded("the adapter appeared") }
+            // A dongle plugged in comes the same way.
+            if index.isInUse(adapter: p) { discoveryEnded("\(p.lastElement) appeared") }
         default:
             break
         }

@@ -2,8 +2,9 @@ import BLE
 import DBus
 import Synchronization
 
-/// Where things are in BlueZ's object tree: the adapter in use, and per device its GATT tree
-/// (services → characteristics → descriptors, in handle order) with each attribute's object path.
+/// Where things are in BlueZ's object tree: the adapters in use, each device's objects (one per
+/// adapter that hears it), and per device object its GATT tree (services → characteristics →
+/// descriptors, in handle order) with each attribute's object path.
 /// A notification is found by one dictionary lookup; nothing scans the tree for it.
 ///
 /// An entry is built from the mirror when first asked for and kept until an object of its own
@@ -24,21 +25,21 @@ final class GATTIndex: Sendable {
     private struct State {
         /// Bumped by every drop, so that an entry built from an older mirror is not kept.
         var generation: UInt64 = 0
-        /// `.some(nil)`: no adapter.
-        var adapter: ObjectPath?? = nil
+        /// The adapters in use, in name order, once looked up.
+        var adapters: [ObjectPath]?
         var devices: [ObjectPath: DeviceGATT] = [:]
     }
 
     private let tree: ObjectTree
-    /// "hci0" when the user chose one; otherwise the first adapter BlueZ lists.
-    let adapterName: String?
+    /// The adapters the user chose, or all.
+    let selection: AdapterSelection
     private let state = Mutex(State())
     /// Device entries built (tests count them).
     let builds = Atomic<Int>(0)
 
-    init(tree: ObjectTree, adapterName: String?) {
+    init(tree: ObjectTree, selection: AdapterSelection) {
         self.tree = tree
-        self.adapterName = adapterName
+        self.selection = selection
     }
 
     // MARK: - Keeping it current
@@ -62,7 +63,7 @@ final class GATTIndex: Sendable {
     private func dropAll() {
         state.withLock { s in
             s.generation += 1
-            s.adapter = nil
+            s.adapters = nil
             s.devices.removeAll()
         }
     }
@@ -79,33 +80,52 @@ final class GATTIndex: Sendable {
 
     // MARK: - Lookups
 
-    /// The adapter in use: the chosen one, or the first BlueZ lists.
-    func adapterPath() -> ObjectPath? {
-        let (generation, kept) = state.withLock { ($0.generation, $0.adapter) }
+    /// The adapters in use, in name order (hci0, hci1, ..., hci10): the chosen ones BlueZ has, or
+    /// all it lists.
+    func adapterPaths() -> [ObjectPath] {
+        let (generation, kept) = state.withLock { ($0.generation, $0.adapters) }
         if let kept { return kept }
-        let adapters = tree.objects(with: BlueZ.adapterInterface, under: BlueZ.root)
-        let path = adapterName.map { name in adapters.first { $0.0.lastElement == name }?.0 } ?? adapters.first?.0
+        let paths = tree.objects(with: BlueZ.adapterInterface, under: BlueZ.root).map(\.0)
+            .filter { $0.parent == BlueZ.root && selection.includes(String($0.lastElement)) }
+            .sorted { AdapterSelection.precedes(String($0.lastElement), String($1.lastElement)) }
         state.withLock { s in
-            if s.generation == generation { s.adapter = .some(path) }
+            if s.generation == generation { s.adapters = paths }
         }
-        return path
+        return paths
     }
 
-    /// The device object `path` is or lies under, on the adapter in use.
+    /// The first adapter in use (for what names one: a log line, a state without a better one).
+    func adapterPath() -> ObjectPath? { adapterPaths().first }
+
+    /// Whether `path` is an adapter in use.
+    func isInUse(adapter path: ObjectPath) -> Bool { adapterPaths().contains(path) }
+
+    /// The device object `path` is or lies under, on an adapter in use.
     func device(of path: ObjectPath) -> ObjectPath? {
-        guard let adapter = adapterPath() else { return nil }
         var p = path
         while let parent = p.parent {
-            if parent == adapter { return p }
+            if parent.parent == BlueZ.root { return isInUse(adapter: parent) ? p : nil }
             p = parent
         }
         return nil
     }
 
-    /// The path of a device the adapter knows, or `unknownDevice`.
+    /// The device's objects: one on each adapter in use that knows it, in adapter order.
+    func devicePaths(_ id: BluetoothAddress) -> [ObjectPath] {
+        let element = BlueZ.pathElement(id)
+        return adapterPaths().compactMap { adapter in
+            adapter.child(element).flatMap { tree.properties(at: $0, BlueZ.deviceInterface) != nil ? $0 : nil }
+        }
+    }
+
+    /// The device's object: the one whose link is up, else the first adapter's that knows it; or
+    /// `unknownDevice`.
     func devicePath(_ id: BluetoothAddress) throws(BLEError) -> ObjectPath {
-        guard let adapter = adapterPath(), let path = adapter.child(BlueZ.pathElement(id)),
-              tree.properties(at: path, BlueZ.deviceInterface) != nil else {
+        let paths = devicePaths(id)
+        if paths.count > 1, let linked = paths.first(where: { tree.properties(at: $0, BlueZ.deviceInterface)?["Connected"]?.bool == true }) {
+            return linked
+        }
+        guard let path = paths.first else {
             throw BLEError(.unknownDevice, "no device \(id) is known to the adapter; scan for it first")
         }
         return path
@@ -116,7 +136,7 @@ final class GATTIndex: Sendable {
     func source(ofCharacteristic path: ObjectPath) -> ValueUpdate? {
         guard let device = path.parent?.parent else { return nil }
         if let known = state.withLock({ $0.devices[device]?.sources[path] }) { return known }
-        guard device.parent == adapterPath() else { return nil }
+        guard let adapter = device.parent, isInUse(adapter: adapter) else { return nil }
         return gatt(device)?.sources[path]
     }
 

@@ -254,7 +254,7 @@ final class PairingAgent: Sendable {
 
     /// The device an agent call is about, if it is one of gattway's adapter.
     private func device(_ path: ObjectPath?) -> BluetoothAddress? {
-        guard let path, let adapter = index.adapterPath(), path.parent == adapter else { return nil }
+        guard let path, let adapter = path.parent, index.isInUse(adapter: adapter) else { return nil }
         return BlueZ.address(pathElement: path.lastElement)
     }
 

@@ -154,6 +154,9 @@ package struct BlocklistedCentral: Central {
     package func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool) async throws(BLEError) -> PeripheralInfo {
         try await base.connect(id, timeout: timeout, autoReconnect: autoReconnect)
     }
+    package func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
+        try await base.connect(id, timeout: timeout, autoReconnect: autoReconnect, adapter: adapter)
+    }
     package func connectWhenHeard(_ id: BluetoothAddress, timeout: Duration, listening: Duration) async throws(BLEError) -> PeripheralInfo {
         try await base.connectWhenHeard(id, timeout: timeout, listening: listening)
     }

@@ -9,12 +9,15 @@ package struct ManagerStateBody: Encodable {
     package var code: Int
     package var adapter: String?
     package var reason: String?
+    /// How many adapters in use are usable, when more than one is in use or none is usable.
+    package var usableAdapters: Int?
 
     package init(_ status: ManagerStatus) {
         state = status.state.name
         code = status.state.rawValue
         adapter = status.adapter
         reason = status.reason
+        usableAdapters = status.usableAdapters.flatMap { $0 == 1 ? nil : $0 }
     }
 }
 
@@ -60,9 +63,14 @@ package struct DeviceBody: Encodable {
     package var stale: Bool?
     /// What its advertisement says, decoded, when a decoder knows its format (answers to requests only, not events).
     package var sensor: SensorReading?
+    /// With several adapters in use: the one that holds its link, and those that hear it.
+    package var adapter: String?
+    package var adapters: [AdapterSightingBody]?
 
     package init(_ p: PeripheralInfo, sensor: SensorReading? = nil) {
         self.sensor = sensor
+        adapter = p.adapter
+        adapters = p.adapters.isEmpty ? nil : p.adapters.map(AdapterSightingBody.init)
         stale = p.stale ? true : nil
         reconnect = p.reconnect.map(ReconnectBody.init)
         if p.state == .connected {
@@ -80,6 +88,21 @@ package struct DeviceBody: Encodable {
         bonded = p.bonded
         trusted = p.trusted
         advertisement = AdvertisementBody(p.advertisement)
+    }
+}
+
+/// One adapter that hears a device (bonds are per adapter).
+package struct AdapterSightingBody: Encodable {
+    package var adapter: String
+    package var rssi: Int?
+    package var lastSeen: Date?
+    package var bonded: Bool
+
+    package init(_ s: AdapterSighting) {
+        adapter = s.adapter
+        rssi = s.rssi
+        lastSeen = s.lastSeen
+        bonded = s.bonded
     }
 }
 

@@ -6,13 +6,14 @@ extension Gateway {
     package static let maximumConnectTimeout = 300.0
 
     /// A client's connect: `timeout` in seconds; kept connected as `autoReconnect`
-    /// (or `--auto-reconnect`) says.
-    package func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> DeviceBody {
-        DeviceBody(try await connectPeripheral(id, timeout: timeout, autoReconnect: autoReconnect))
+    /// (or `--auto-reconnect`) says; through `adapter` when one is named.
+    package func connect(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?, adapter: String? = nil) async throws(BLEError) -> DeviceBody {
+        DeviceBody(try await connectPeripheral(id, timeout: timeout, autoReconnect: autoReconnect, adapter: adapter))
     }
 
     /// `connect`, answering the device as the central has it (its MTU, for a door that says it).
-    package func connectPeripheral(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?) async throws(BLEError) -> PeripheralInfo {
+    package func connectPeripheral(_ id: BluetoothAddress, timeout: Double?, autoReconnect: Bool?,
+                                   adapter: String? = nil) async throws(BLEError) -> PeripheralInfo {
         let timeout = timeout ?? Self.defaultConnectTimeout
         guard timeout > 0, timeout <= Self.maximumConnectTimeout else {
             throw BLEError(.invalidParameters, "timeout must be more than 0 and at most \(Int(Self.maximumConnectTimeout)) seconds")
@@ -21,7 +22,7 @@ extension Gateway {
         // Kept from now on, even if this attempt fails: the central tries again.
         if keep { restoration.kept(id, true) }
         return try await autoConnections.clientConnects(id) { () async throws(BLEError) in
-            try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep)
+            try await self.central.connect(id, timeout: .milliseconds(Int(timeout * 1000)), autoReconnect: keep, adapter: adapter)
         }
     }
 

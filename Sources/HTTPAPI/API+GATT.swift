@@ -8,7 +8,8 @@ extension API {
         let device = "/v1/devices/{id}"
         router.add("POST", device + "/connect", handle { request in
             let body = try JSON.decode(ConnectRequest.self, from: request.body)
-            return try await self.gateway.connect(try Self.deviceID(request), timeout: body.timeout, autoReconnect: body.autoReconnect)
+            return try await self.gateway.connect(try Self.deviceID(request), timeout: body.timeout, autoReconnect: body.autoReconnect,
+                                                  adapter: body.adapter)
         })
         router.add("POST", device + "/disconnect", handle { request in
             try await self.gateway.disconnect(try Self.deviceID(request))

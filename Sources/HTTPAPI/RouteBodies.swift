@@ -14,6 +14,9 @@ struct AdapterBody: Encodable {
     var powered: Bool
     var discovering: Bool
     var selected: Bool
+    /// LE links up on it, and the most it took when it refused another (unknown until then).
+    var connections: Int
+    var connectionLimit: Int?
 
     init(_ a: AdapterInfo) {
         id = a.id
@@ -23,6 +26,8 @@ struct AdapterBody: Encodable {
         powered = a.powered
         discovering = a.discovering
         selected = a.selected
+        connections = a.connections
+        connectionLimit = a.connectionLimit
     }
 }
 
@@ -116,7 +121,10 @@ struct ConnectRequest: StrictDecodable {
     /// Keep the device connected: reconnect after an unexpected disconnection (default: the
     /// gateway's `--auto-reconnect`).
     var autoReconnect: Bool?
-    enum CodingKeys: String, CodingKey, CaseIterable { case timeout, autoReconnect }
+    /// The adapter to connect through (default: the one that heard the device best lately and
+    /// has a free link slot).
+    var adapter: String?
+    enum CodingKeys: String, CodingKey, CaseIterable { case timeout, autoReconnect, adapter }
 }
 
 struct WriteRequest: StrictDecodable {

@@ -53,13 +53,19 @@ extension Options {
     ])
 
     static let bluetooth = OptionSection(title: "Bluetooth", options: [
-        .value("--adapter", "hciN", environment: "GATTWAY_ADAPTER", """
-            the Bluetooth adapter to use (default: the first BlueZ lists); other adapters are left alone
-            """) { options, name, source throws(UsageError) in
-            guard name.hasPrefix("hci"), name.dropFirst(3).allSatisfy(\.isNumber), name.count > 3 else {
-                throw UsageError("\(source) takes an adapter name such as hci0, not \"\(name)\"")
+        .value("--adapter", "LIST", environment: "GATTWAY_ADAPTER", """
+            the Bluetooth adapters to use: names separated by commas (hci0,hci1), or all (the default: \
+            every adapter BlueZ lists, also one plugged in later); others are left alone
+            """) { options, text, source throws(UsageError) in
+            if text == "all" {
+                options.adapters = nil
+                return
             }
-            options.adapter = name
+            let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            for name in names where !(name.hasPrefix("hci") && name.count > 3 && name.dropFirst(3).allSatisfy(\.isNumber)) {
+                throw UsageError("\(source) takes adapter names such as hci0 (or hci0,hci1, or all), not \"\(name)\"")
+            }
+            options.adapters = names
         },
         Option(["--simulate"], value: .optional("FILE", absent: "builtin"), environment: "GATTWAY_SIMULATE", """
             no radio needed: start a private D-Bus daemon with gattway's BlueZ simulator on it and use \

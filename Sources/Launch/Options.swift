@@ -9,7 +9,8 @@ import SerialBridge
 package struct Options: Sendable {
     package var host = "127.0.0.1"
     package var port: UInt16 = 8080
-    package var adapter: String?
+    /// The adapters to use by name; nil: all.
+    package var adapters: [String]?
     /// nil: use the system bus. Some(nil): simulate the built-in devices. Some(path): simulate a file.
     package var simulate: String??
     package var maxBodyBytes = 64 * 1024

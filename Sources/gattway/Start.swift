@@ -31,7 +31,7 @@ func startSimulation(_ file: String?) async throws(StartFailure) -> Simulation {
 func startCentral(_ options: Options, busAddress: String) async -> BlueZCentral {
     let pairing = PairingOptions(io: options.pairingIO, defaultAgent: options.pairingDefaultAgent,
                                  answerDeadline: .milliseconds(Int(options.pairingTimeoutSeconds * 1000)))
-    let central = BlueZCentral(busAddress: busAddress, adapter: options.adapter,
+    let central = BlueZCentral(busAddress: busAddress, adapters: options.adapters.map { .named($0) } ?? .all,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
                                forgetAfter: options.forgetAfter, pairing: pairing,
                                recovery: RecoveryOptions(resetAdapter: options.adapterReset), log: log)

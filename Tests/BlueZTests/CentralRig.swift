@@ -30,7 +30,7 @@ final class CentralRig: Sendable {
         let address = bus.address
         let first = Mutex<Connection?>(client)
         // The first connection is the test's (it subscribes and calls with it too); after a bus loss, new ones.
-        central = BlueZCentral(adapter: nil, reconnectPolicy: policy, restoreDeadline: restoreDeadline) { () throws(BusError) in
+        central = BlueZCentral(reconnectPolicy: policy, restoreDeadline: restoreDeadline) { () throws(BusError) in
             if let c = first.withLock({ c in defer { c = nil }; return c }) { return c }
             return try Connection(address: address)
         }

@@ -153,7 +153,7 @@ private func value(_ bytes: [UInt8]) -> EventLog.Match {
         var server = try Connection(address: address)
         var simulator = Simulator(connection: server, configuration: .builtIn)
         try await simulator.start()
-        let central = BlueZCentral(adapter: nil, reconnectPolicy: CentralRig.quick) { () throws(BusError) in try Connection(address: address) }
+        let central = BlueZCentral(reconnectPolicy: CentralRig.quick) { () throws(BusError) in try Connection(address: address) }
         let events = EventLog()
         central.setEventHandler { events.append($0) }
         await central.start()

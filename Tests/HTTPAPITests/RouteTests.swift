@@ -279,7 +279,7 @@ extension Reply {
         #expect(known(ScanRequest.self) == "active, allowDuplicates, manufacturerData, name, namePrefix, rssi, serviceData, services, timeout")
         #expect(known(ManufacturerDataFilterBody.self) == "companyIdentifier, dataPrefix, mask")
         #expect(known(ServiceDataFilterBody.self) == "dataPrefix, mask, service")
-        #expect(known(ConnectRequest.self) == "autoReconnect, timeout")
+        #expect(known(ConnectRequest.self) == "adapter, autoReconnect, timeout")
         #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
         #expect(known(CommandSession.Command.self)
                 == "characteristic, device, everyPacket, format, id, offset, op, subscription, types, value, withResponse")

@@ -33,7 +33,7 @@ import Testing
 
     @Test func defaults() {
         let o = Self.options([])
-        #expect(o.host == "127.0.0.1" && o.port == 8080 && o.simulate == nil && o.adapter == nil)
+        #expect(o.host == "127.0.0.1" && o.port == 8080 && o.simulate == nil && o.adapters == nil)
         #expect(o.maxConnections == 12_000 && o.maxStreams == 10_000 && o.rateLimit == 100 && o.maxBodyBytes == 65_536)
         #expect(o.tokens == TokenSources() && !o.noAuth && o.defaultBlocklist && o.mqtt == nil && o.esphomePort == nil)
         #expect(!o.watchAtStart && o.pairingIO == .noInputNoOutput && o.mqttPrefix == "gattway" && o.esphomeConnections == 3)
@@ -49,7 +49,7 @@ import Testing
                               "--mqtt-expire-after", "0", "--esphome-api", "6054", "--esphome-key", Self.key,
                               "--esphome-connections", "16", "--serial", "127.0.0.1:7000=F0:00:00:00:00:02,nordic",
                               "--tokens", "/etc/gattway/tokens"])
-        #expect(o.host == "::1" && o.port == 9000 && o.adapter == "hci1" && o.keepAliveSeconds == 2.5)
+        #expect(o.host == "::1" && o.port == 9000 && o.adapters == ["hci1"] && o.keepAliveSeconds == 2.5)
         #expect(o.maxConnections == 50 && o.maxStreams == 50)  // at most the connections
         #expect(o.staleAfterSeconds == 5 && o.forgetAfter == .seconds(60) && o.idleDisconnectSeconds == 9)
         #expect(o.pairingIO == .keyboardDisplay && o.pairingTimeoutSeconds == 40)
@@ -91,7 +91,7 @@ import Testing
             "GATTWAY_MQTT_EXPOSE": "e.json", "GATTWAY_ESPHOME_API": "0.0.0.0:6053", "GATTWAY_ESPHOME_KEY": Self.key,
             "GATTWAY_ESPHOME_CONNECTIONS": "2",
         ])
-        #expect(o.port == 0 && o.adapter == "hci2" && o.simulate == .some(nil) && o.autoReconnect && o.stateDir == .some("/tmp/s"))
+        #expect(o.port == 0 && o.adapters == ["hci2"] && o.simulate == .some(nil) && o.autoReconnect && o.stateDir == .some("/tmp/s"))
         #expect(o.tokens == TokenSources(list: Self.token) && !o.noAuth)
         #expect(o.allowedOrigins == ["https://a.example", "https://b.example"])
         #expect(o.tlsCertificate == "c" && o.tlsKey == "k" && o.mqtt?.port == 1884 && o.gatewayID == "den" && o.mqttExposeFile == "e.json")
@@ -130,7 +130,7 @@ import Testing
         (["--listen", "nowhere"], "--listen takes HOST:PORT, e.g. 127.0.0.1:8080, not \"nowhere\""),
         (["--listen", ":8080"], "--listen needs a host, e.g. 0.0.0.0:8080"),
         (["--listen", "127.0.0.1:70000"], "--listen takes HOST:PORT, e.g. 127.0.0.1:8080, not \"127.0.0.1:70000\""),
-        (["--adapter", "hci"], "--adapter takes an adapter name such as hci0, not \"hci\""),
+        (["--adapter", "hci"], "--adapter takes adapter names such as hci0 (or hci0,hci1, or all), not \"hci\""),
         (["--keepalive", "0"], "--keepalive takes seconds, more than 0"),
         (["--keepalive", "nan"], "--keepalive takes seconds, more than 0"),
         (["--max-connections", "0"], "--max-connections takes a number from 1 to 1000000"),

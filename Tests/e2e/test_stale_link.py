@@ -52,7 +52,7 @@ def test_a_stale_link_is_cleared_by_resetting_the_adapter_and_both_holds_deliver
                 if e.get("type") == "connection" and e.get("state") == "reconnecting" and e.get("attempt", 0) > 1]
     assert len(failures) >= 2 and all(f["name"] == "connectionFailed" and f["code"] == 10 for f in failures[:2]), failures
     assert "Input/output error" in failures[0].get("detail", ""), failures[0]
-    assert "the adapter was reset" in failures[1]["message"], failures[1]
+    assert "the adapter (hci0) was reset" in failures[1]["message"], failures[1]
     recorded = [e for e in gateway.get("/v1/errors")[1]["errors"] if e["operation"] == "reconnect" and e["device"] == HR]
     assert recorded and recorded[0]["error"]["name"] == "connectionFailed", recorded
     # Both holds deliver: the heart rate on its own, the battery when it changes.
