@@ -31,6 +31,13 @@ public enum CentralEvent: Sendable, Equatable {
     /// (a Service Changed indication, or a refresh of the cache): services, handles or
     /// characteristics may be others now.
     case servicesChanged(id: BluetoothAddress)
+    /// An adapter in use was added (a dongle plugged in), removed (pulled out), or changed (powered,
+    /// discovering, a link up or down on it).
+    case adapter(AdapterInfo, change: AdapterChange)
+}
+
+public enum AdapterChange: String, Sendable, Equatable {
+    case added, removed, changed
 }
 
 /// A characteristic's UUID and its service's: what the GATT blocklist looks at.

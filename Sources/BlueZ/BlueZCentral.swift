@@ -97,6 +97,7 @@ public final class BlueZCentral: Central {
         connector.observe(change)
         gatt.observe(change)
         noteServiceChanges(change)
+        noteAdapterChanges(change)
         switch change {
         case .reloaded, .added, .removed:
             break
@@ -250,6 +251,37 @@ public final class BlueZCentral: Central {
         if !wasConnected && !kept { _ = try? await disconnect(id) }
         return services
     }
+
+    // MARK: - Adapters
+
+    /// An adapter in use added, removed, or changed in what `/v1/adapters` shows of it.
+    private func noteAdapterChanges(_ change: ObjectTree.Change) {
+        let tree = link.tree
+        switch change {
+        case .added(let p, let interfaces) where p.parent == BlueZ.root:
+            guard let props = interfaces[BlueZ.adapterInterface], link.index.isInUse(adapter: p) else { return }
+            log("adapter \(p.lastElement) added")
+            events(.adapter(link.adapterInfo(p, props), change: .added))
+        case .removed(let p, let names) where p.parent == BlueZ.root:
+            let name = String(p.lastElement)
+            guard names.contains(BlueZ.adapterInterface), link.index.selection.includes(name) else { return }
+            log("adapter \(name) removed")
+            events(.adapter(AdapterInfo(id: name, address: nil, name: nil, alias: nil, powered: false, discovering: false, selected: false),
+                            change: .removed))
+        case .properties(let p, BlueZ.adapterInterface, let changed, _):
+            guard Self.shownAdapterProperties.contains(where: { changed[$0] != nil }), link.index.isInUse(adapter: p),
+                  let props = tree.properties(at: p, BlueZ.adapterInterface) else { return }
+            events(.adapter(link.adapterInfo(p, props), change: .changed))
+        case .properties(let p, BlueZ.deviceInterface, let changed, _) where changed["Connected"] != nil:
+            guard let adapter = p.parent, link.index.isInUse(adapter: adapter),
+                  let props = tree.properties(at: adapter, BlueZ.adapterInterface) else { return }
+            events(.adapter(link.adapterInfo(adapter, props), change: .changed))
+        default:
+            break
+        }
+    }
+
+    private static let shownAdapterProperties = ["Powered", "Discovering", "Address", "Name", "Alias"]
 
     // MARK: - Service Changed
 

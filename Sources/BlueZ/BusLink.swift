@@ -323,13 +323,15 @@ final class BusLink: Sendable {
     func adapters() -> [AdapterInfo] {
         tree.objects(with: BlueZ.adapterInterface, under: BlueZ.root).sorted {
             AdapterSelection.precedes(String($0.0.lastElement), String($1.0.lastElement))
-        }.map { path, props in
-            AdapterInfo(id: String(path.lastElement), address: DeviceProperties.address(props),
-                        name: props["Name"]?.string, alias: props["Alias"]?.string,
-                        powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
-                        selected: index.isInUse(adapter: path), connections: connections(on: path),
-                        connectionLimit: limits.withLock { $0[path] })
-        }
+        }.map { path, props in adapterInfo(path, props) }
+    }
+
+    func adapterInfo(_ path: ObjectPath, _ props: [String: Value]) -> AdapterInfo {
+        AdapterInfo(id: String(path.lastElement), address: DeviceProperties.address(props),
+                    name: props["Name"]?.string, alias: props["Alias"]?.string,
+                    powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
+                    selected: index.isInUse(adapter: path), connections: connections(on: path),
+                    connectionLimit: limits.withLock { $0[path] })
     }
 
     /// LE links up on an adapter.

@@ -21,6 +21,32 @@ package struct ManagerStateBody: Encodable {
     }
 }
 
+/// One Bluetooth controller, as `GET /v1/adapters` lists it.
+package struct AdapterBody: Encodable {
+    package var id: String
+    package var address: String?
+    package var name: String?
+    package var alias: String?
+    package var powered: Bool
+    package var discovering: Bool
+    package var selected: Bool
+    /// LE links up on it, and the most it took when it refused another (unknown until then).
+    package var connections: Int
+    package var connectionLimit: Int?
+
+    package init(_ a: AdapterInfo) {
+        id = a.id
+        address = a.address?.description
+        name = a.name
+        alias = a.alias
+        powered = a.powered
+        discovering = a.discovering
+        selected = a.selected
+        connections = a.connections
+        connectionLimit = a.connectionLimit
+    }
+}
+
 /// CoreBluetooth's advertisement keys; byte values in hex, manufacturer data keyed by the
 /// decimal company identifier (as Home Assistant and bleak key it).
 package struct AdvertisementBody: Encodable {

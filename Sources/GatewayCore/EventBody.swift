@@ -20,6 +20,13 @@ package struct EventBody: Encodable {
     package var code: Int?
     package var adapter: String?
     package var reason: String?
+    package var usableAdapters: Int?
+    // adapter (its name in `adapter`, what changed in `state`: added, removed, changed)
+    package var address: String?
+    package var powered: Bool?
+    package var discovering: Bool?
+    package var connections: Int?
+    package var connectionLimit: Int?
     // advertisement
     package var peripheral: DeviceBody?
     // connection
@@ -76,6 +83,17 @@ package struct EventBody: Encodable {
             code = status.state.rawValue
             adapter = status.adapter
             reason = status.reason
+            usableAdapters = status.usableAdapters.flatMap { $0 == 1 ? nil : $0 }
+        case .adapter(let info, let change):
+            adapter = info.id
+            state = change.rawValue
+            if change != .removed {
+                address = info.address?.description
+                powered = info.powered
+                discovering = info.discovering
+                connections = info.connections
+                connectionLimit = info.connectionLimit
+            }
         case .advertisement(let info), .advertisementChanged(let info):
             peripheral = DeviceBody(info)
         case .connection(_, let s, let e):

@@ -5,7 +5,7 @@ import Threading
 
 /// The kinds of stream event, as clients select them (`?types=`).
 package enum EventType: String, CaseIterable, Sendable {
-    case state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged
+    case state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged, adapter
 
     /// "state, advertisement, ...", for error messages.
     package static let names = allCases.map(\.rawValue).joined(separator: ", ")
@@ -71,6 +71,8 @@ package final class HubEvent: Sendable {
         case .central(.resubscribed(let id, let characteristic, let uuids, _)):
             (type, device) = (.hold, id)
             (handle, uuid) = (characteristic, uuids?.characteristic)
+        case .central(.adapter):
+            (type, device) = (.adapter, nil)
         case .sensor(let update):
             (type, device) = (.sensor, update.device)
             unchanged = !update.changed

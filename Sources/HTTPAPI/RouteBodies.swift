@@ -6,31 +6,6 @@ import Sensors
 // JSON shapes of the HTTP API's own routes (those every door shows are GatewayCore's Bodies.swift);
 // names as in openapi.yaml's components.
 
-struct AdapterBody: Encodable {
-    var id: String
-    var address: String?
-    var name: String?
-    var alias: String?
-    var powered: Bool
-    var discovering: Bool
-    var selected: Bool
-    /// LE links up on it, and the most it took when it refused another (unknown until then).
-    var connections: Int
-    var connectionLimit: Int?
-
-    init(_ a: AdapterInfo) {
-        id = a.id
-        address = a.address?.description
-        name = a.name
-        alias = a.alias
-        powered = a.powered
-        discovering = a.discovering
-        selected = a.selected
-        connections = a.connections
-        connectionLimit = a.connectionLimit
-    }
-}
-
 struct AdapterList: Encodable { var adapters: [AdapterBody] }
 
 struct DeviceList: Encodable { var devices: [DeviceBody] }

@@ -119,7 +119,7 @@ public final class Bridge: Sendable {
     /// Starts taking events and commands. The broker connection may come later: `brokerConnected`.
     public func start() {
         client.select(Selection(types: [EventTypes(.state), EventTypes(.advertisement), EventTypes(.connection), EventTypes(.sensor),
-                                        EventTypes(.pairing), EventTypes(.servicesChanged)]),
+                                        EventTypes(.pairing), EventTypes(.servicesChanged), EventTypes(.adapter)]),
                       as: "")
         gateway.hub.add(client)
         broker.subscribe(topics.command, qos: 1)
@@ -217,6 +217,13 @@ public final class Bridge: Sendable {
         case .central(.state):
             broker.publish(topics.event(.state), item.json)
             await publishState()
+        case .central(.adapter(let info, let change)):
+            broker.publish(topics.event(.adapter), item.json)
+            if change == .removed {
+                retain(topics.adapter(info.id), [], qos: 1)
+            } else {
+                retain(topics.adapter(info.id), JSON.encodeCompact(AdapterBody(info)), qos: 1)
+            }
         case .central(.pairing), .central(.servicesChanged):
             // What a pairing asks (answered with POST /v1/devices/{id}/pairing), and changed GATT tables.
             broker.publish(topics.event(event.type), item.json)
@@ -225,8 +232,12 @@ public final class Bridge: Sendable {
         }
     }
 
+    /// The state, and each adapter in use.
     private func publishState() async {
         retain(topics.state, JSON.encodeCompact(ManagerStateBody(await gateway.central.status())), qos: 1)
+        for adapter in (try? await gateway.central.adapters()) ?? [] where adapter.selected {
+            retain(topics.adapter(adapter.id), JSON.encodeCompact(AdapterBody(adapter)), qos: 1)
+        }
     }
 
     private func publish(_ update: SensorBoard.Update) async {

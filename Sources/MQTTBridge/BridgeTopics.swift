@@ -5,6 +5,8 @@ import BLE
 ///
 ///     availability                      online | offline (retained; offline is the last will)
 ///     state                             GET /v1/state (retained)
+///     adapters/<name>                   each adapter in use as GET /v1/adapters shows it (retained, on
+///                                       change; cleared when it is removed)
 ///     sensors/<address>                 GET /v1/sensors/{id}, with `gateway` (retained, on change; cleared when forgotten)
 ///     devices/<address>                 GET /v1/devices/{id} (retained; on connection changes, else at most
 ///                                       every 30 s; cleared when forgotten)
@@ -54,6 +56,7 @@ public struct BridgeTopics: Sendable, Equatable {
     public var base: String { "\(prefix)/\(gatewayID)" }
     public var availability: String { base + "/availability" }
     public var state: String { base + "/state" }
+    public func adapter(_ name: String) -> String { base + "/adapters/" + name }
     public var command: String { base + "/command" }
     public var commandReply: String { base + "/command/reply" }
     func sensor(_ device: BluetoothAddress) -> String { "\(base)/sensors/\(device)" }
