@@ -63,7 +63,7 @@ struct ConfigurationTests {
 
     @Test func handlesFollowAGATTServerLayout() throws {
         let device = SimulatorConfiguration.builtIn.devices[0]
-        let table = AttributeTable(device, path: ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!)
+        let table = AttributeTable(device.services)
         // 1801 (2A05 + CCCD, 2B29, 2B2A, 2B3A), 180D (2A37 + CCCD, 2A38, 2A39), 180F (2A19 + CCCD), 180A (4).
         #expect(table.services.map(\.handle) == [0x0A, 0x14, 0x1C, 0x20])
         #expect(table.characteristics.map(\.handle) == [0x0B, 0x0E, 0x10, 0x12, 0x15, 0x18, 0x1A, 0x1D, 0x21, 0x23, 0x25, 0x27])
@@ -78,7 +78,7 @@ struct ConfigurationTests {
               "characteristics": [ { "uuid": "5678", "flags": ["encrypt-read", "indicate", "reliable-write"],
                                      "descriptors": [ { "uuid": "2901", "text": "x" } ] } ] } ] } ] }
             """.utf8))
-        let table = AttributeTable(configuration.devices[0], path: ObjectPath("/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF")!)
+        let table = AttributeTable(configuration.devices[0].services)
         #expect(table.services[0].handle == 0x20)
         #expect(table.characteristics[0].flags == ["read", "indicate", "extended-properties", "reliable-write"])
         #expect(table.characteristics[0].read.security == .encrypted)
