@@ -192,6 +192,34 @@ import Testing
         try await sim.discover([Self.both], on: "hci1")
     }
 
+    @Test("bonds are per adapter, and kept in bluetoothd's storage while the adapter is unplugged")
+    func bondsPerAdapter() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        try await sim.discover([Self.both])
+        try await sim.discover([Self.both], on: "hci1")
+        let both0 = Sim.devicePath(Self.both), both1 = Sim.devicePath(Self.both, on: "hci1")
+        try await sim.call(both1, Interface.device, "Pair")
+        #expect(try await sim.property(both1, Interface.device, "Paired") == .bool(true))
+        #expect(try await sim.property(both0, Interface.device, "Paired") == .bool(false))
+
+        // Unplugged while a Connect waits on it: the attempt ends with the adapter.
+        try await sim.call(both1, Interface.device, "Disconnect")
+        try await sim.setFault(Self.both, #"{"connectDelayMs": 5000}"#)
+        let connecting = Task { try await sim.connect(Self.both, on: "hci1") }
+        while try await sim.control("CallCount", [.string("Connect"), .string(both1)]).first?.integer != 1 {
+            try await Task.sleep(for: .milliseconds(5))  // until the Connect waits in the simulator
+        }
+        _ = try await sim.control("RemoveAdapter", [.string("hci1")])
+        await expectError("org.bluez.Error.Failed", "le-connection-abort-by-local") { try await connecting.value }
+
+        let back = sim.mark
+        _ = try await sim.control("AddAdapter", [.string("hci1")])
+        let added = try await sim.signal(after: back) { $0.adds(both1) }
+        #expect(Connection.interfaces(added.body[1])[Interface.device]?["Paired"] == .bool(true))
+        #expect(Connection.interfaces(added.body[1])[Interface.device]?["RSSI"] == nil)
+    }
+
     @Test("powering one adapter off drops its links only; the stale link it kept ends with it")
     func poweringOneAdapterOff() async throws {
         let sim = try await Sim.start(Self.configuration())
