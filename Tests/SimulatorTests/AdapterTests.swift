@@ -156,9 +156,7 @@ import Testing
         }?.rawValue)
         try await sim.setFault(Self.near, #"{"responseDelayMs": 5000}"#)
         let read = Task { try await sim.read(battery) }
-        while try await sim.control("CallCount", [.string("ReadValue"), .string(battery)]).first?.integer != 1 {
-            try await Task.sleep(for: .milliseconds(5))  // until the read waits in the simulator
-        }
+        try await sim.called("ReadValue", battery)
         let on1 = try await sim.managedObjects().keys.filter { $0.rawValue.hasPrefix(Self.hci1) }
 
         let mark = sim.mark
@@ -207,9 +205,7 @@ import Testing
         try await sim.call(both1, Interface.device, "Disconnect")
         try await sim.setFault(Self.both, #"{"connectDelayMs": 5000}"#)
         let connecting = Task { try await sim.connect(Self.both, on: "hci1") }
-        while try await sim.control("CallCount", [.string("Connect"), .string(both1)]).first?.integer != 1 {
-            try await Task.sleep(for: .milliseconds(5))  // until the Connect waits in the simulator
-        }
+        try await sim.called("Connect", both1)
         _ = try await sim.control("RemoveAdapter", [.string("hci1")])
         await expectError("org.bluez.Error.Failed", "le-connection-abort-by-local") { try await connecting.value }
 

@@ -77,6 +77,14 @@ final class Sim: Sendable {
         try await call("/io/gattway/simulator", "io.gattway.Simulator1", member, body)
     }
 
+    /// Waits until the simulator has taken `count` calls of `member` on `path` (one waiting in
+    /// it has no other sign).
+    func called(_ member: String, _ path: String, count: Int = 1) async throws {
+        while try await control("CallCount", [.string(member), .string(path)]).first?.integer != count {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     func setFault(_ address: String, _ json: String) async throws {
         _ = try await control("SetFault", [.string(address), .string(json)])
     }
