@@ -17,7 +17,7 @@
 #      MQTT with a real mosquitto, over HTTP as a client would (pytest), each answer and each
 #      stream event validated against openapi.yaml (the counts per event type end the log);
 #   4. the fuzz targets (bounded), schemathesis against openapi.yaml (Tests/contract), then the
-#      faithfulness check: bleak, unchanged, against `gattway-sim`;
+#      faithfulness check: bleak, unchanged, against `gattway-sim` (and through hci1 of two adapters);
 #   5. the container: Docker/Dockerfile built and run against the simulator (../shared/dockerlab),
 #      Docker/compose.mqtt.yaml (a broker and two gateways) with docker-compose, the Debian package
 #      (Packaging/build-deb) installed, upgraded and purged in a fresh debian:bookworm-slim and run

@@ -17,8 +17,6 @@ struct Permission: Sendable, Equatable {
 
 /// One peripheral's GATT database with handles allocated as a GATT server does: the service
 /// declaration, then per characteristic its declaration, its value and its descriptors.
-/// The object paths use the service, characteristic-declaration and descriptor handles, as
-/// bluetoothd's do.
 struct AttributeTable: Sendable {
     static let firstHandle = 0x000A
     static let cccd = BluetoothUUID(uint16: 0x2902)
@@ -32,7 +30,6 @@ struct AttributeTable: Sendable {
         /// Its last attribute's handle (the declaration's own when it has none).
         var endHandle: UInt16
         let primary: Bool
-        let path: ObjectPath
         var characteristics: [Int] = []
     }
 
@@ -41,7 +38,6 @@ struct AttributeTable: Sendable {
         let handle: UInt16
         let valueHandle: UInt16
         let service: Int
-        let path: ObjectPath
         /// The ATT properties bluetoothd shows in `Flags`.
         let flags: [String]
         let read: Permission
@@ -56,7 +52,6 @@ struct AttributeTable: Sendable {
         let uuid: BluetoothUUID
         let handle: UInt16
         let characteristic: Int
-        let path: ObjectPath
         let read: Permission
         let write: Permission
         let initialValue: [UInt8]
@@ -88,25 +83,19 @@ struct AttributeTable: Sendable {
         return out
     }
 
-    init(_ device: SimulatorConfiguration.Device, path devicePath: ObjectPath) {
-        self.init(device.services, path: devicePath)
-    }
-
-    init(_ configured: [SimulatorConfiguration.Service], path devicePath: ObjectPath) {
+    init(_ configured: [SimulatorConfiguration.Service]) {
         var next = Self.firstHandle
         for (i, s) in configured.enumerated() {
             // Validation guarantees that a configured handle does not overlap the previous service.
             if let h = s.handle, i == 0 || h >= next { next = h }
             let serviceHandle = UInt16(truncatingIfNeeded: next)
-            let servicePath = devicePath.child("service" + hex4(serviceHandle))!
-            var service = Service(uuid: s.uuid, handle: serviceHandle, endHandle: serviceHandle, primary: s.primary, path: servicePath)
+            var service = Service(uuid: s.uuid, handle: serviceHandle, endHandle: serviceHandle, primary: s.primary)
             next += 1
             for c in s.characteristics {
                 let handle = UInt16(truncatingIfNeeded: next)
-                let path = servicePath.child("char" + hex4(handle))!
                 let flags = Set(c.flags)
                 var characteristic = Characteristic(
-                    uuid: c.uuid, handle: handle, valueHandle: handle &+ 1, service: services.count, path: path,
+                    uuid: c.uuid, handle: handle, valueHandle: handle &+ 1, service: services.count,
                     flags: Self.remoteFlags(flags),
                     read: Self.permission(flags, plain: ["read"], suffix: "read"),
                     write: Self.permission(flags, plain: ["write", "write-without-response", "reliable-write",
@@ -120,7 +109,6 @@ struct AttributeTable: Sendable {
                     characteristic.descriptors.append(descriptors.count)
                     descriptors.append(Descriptor(
                         uuid: d.uuid, handle: dHandle, characteristic: characteristics.count,
-                        path: path.child("desc" + hex4(dHandle))!,
                         read: Self.permission(dFlags, plain: ["read"], suffix: "read"),
                         write: Self.permission(dFlags, plain: ["write"], suffix: "write"),
                         initialValue: d.value.bytes))

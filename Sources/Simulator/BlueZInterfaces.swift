@@ -49,7 +49,9 @@ enum Interface {
                   Method(name: "SetUART", input: "ss", output: ""), Method(name: "UARTStats", input: "s", output: "tttt"),
                   Method(name: "ResetUARTStats", input: "s", output: ""),
                   Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
-                  Method(name: "EndDiscovery", input: "", output: "")],
+                  Method(name: "EndDiscovery", input: "", output: ""),
+                  Method(name: "SetAdapterPowered", input: "sb", output: ""), Method(name: "RemoveAdapter", input: "s", output: ""),
+                  Method(name: "AddAdapter", input: "s", output: ""), Method(name: "SetRSSI", input: "ssn", output: "")],
     ]
 
     static let signals: [String: [(name: String, signature: String)]] = [

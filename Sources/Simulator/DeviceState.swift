@@ -1,15 +1,19 @@
 import BLE
-import Glibc
 import DBus
 
-/// Everything about one simulated peripheral: bluetoothd's view of it (the Device1 object, its
-/// GATT cache and objects) and the peripheral's own state (its GATT server, how it pairs).
+/// bluetoothd's view of one peripheral through one adapter: the Device1 object
+/// `/org/bluez/hciN/dev_…`, its GATT cache and objects, its bond and the link (BlueZ keeps one
+/// per adapter that hears a device). The peripheral itself is a `Peripheral`, shared by them.
 struct DeviceState: Sendable {
     let config: SimulatorConfiguration.Device
     let path: ObjectPath
-    var faults: SimulatorConfiguration.Faults
-    /// Connect attempts that still fail with `faults.connectError`; nil = all.
-    var connectFailuresLeft: Int?
+    /// Its adapter, in `Engine.adapters`.
+    let adapter: Int
+    /// The peripheral, in `Engine.peripherals`.
+    let peer: Int
+    /// The adapter's kernel keeps a link to the device that the controller no longer has (the
+    /// staleLink fault): Connect fails at once until the adapter is powered off.
+    var staleLink = false
 
     // MARK: Device1 (bluetoothd's side)
     var exported = false
@@ -55,20 +59,7 @@ struct DeviceState: Sendable {
     var removeAfterDisconnect = false
     var pairing: Pairing?
 
-    // MARK: the peripheral
-    /// The device took a new random address (`addressRotationMs`): this one is advertised no
-    /// more, and bluetoothd forgets it when its TemporaryTimeout ends; its timers stop.
-    var retired = false
-    var advertisingCounter: UInt8 = 0
-    var sensor: SensorState?
-    /// Service data set at run time (`SetServiceData`), advertised over the configuration's.
-    var advertisedServiceData: [BluetoothUUID: [UInt8]] = [:]
-    var peripheral: Peripheral
-    /// How the peripheral pairs (`SetPairing` replaces it).
-    var pairingConfig: SimulatorConfiguration.Pairing
-    /// Its serial port, if it is a UART module (`SetUART` replaces the settings).
-    var uart: UARTState
-    /// The peripheral's table changed while a bonded bluetoothd was away: it indicates Service
+    /// The peripheral's table changed while this bonded central was away: it indicates Service
     /// Changed at the next connection, as a server does for a bonded client.
     var serviceChangedPending = false
 
@@ -100,27 +91,17 @@ struct DeviceState: Sendable {
         case confirmation
     }
 
-    init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath) {
+    init(config: SimulatorConfiguration.Device, adapterPath: ObjectPath, adapter: Int, peer: Int) {
         self.config = config
         path = adapterPath.child("dev_" + config.address.joined(by: "_"))!
-        peripheral = Peripheral(AttributeTable(config, path: path))
-        pairingConfig = config.pairing
-        uart = UARTState(config.uart)
-        faults = config.faults
-        connectFailuresLeft = config.faults.connectError?.count
-        // The packet counter starts at the Unix time, so that it still grows after the simulator
-        // restarts: a gateway that ran on would refuse a smaller encrypted BTHome or MiBeacon counter as a replay.
-        sensor = config.sensor.map {
-            SensorState($0, address: config.address, climate: .random(counter: UInt32(truncatingIfNeeded: time(nil))),
-                        advertisingIntervalMs: config.advertisingIntervalMs)
-        }
+        self.adapter = adapter
+        self.peer = peer
     }
 
     var address: BluetoothAddress { config.address }
     /// bluetoothd has a GATT client for the device (ATT is up).
     var hasGATT: Bool { link == .connected || link == .disconnecting }
     var mtu: Int { config.mtu }
-    var responseDelayMs: Int { faults.responseDelayMs ?? 0 }
     /// What Alias shows: the set alias, else the name, else the address with dashes.
     var displayAlias: String {
         alias ?? name ?? String(config.address.description.map { $0 == ":" ? "-" : $0 })
@@ -149,37 +130,6 @@ struct DeviceState: Sendable {
         gatt = GATTCache()
         gattExported = false
         serviceChangedPending = false
-    }
-}
-
-/// The simulated peripheral's GATT server: its table (the firmware) and the values it holds.
-struct Peripheral: Sendable {
-    private(set) var table: AttributeTable
-    /// Characteristic values, by table index.
-    var values: [[UInt8]] = []
-    var descriptorValues: [[UInt8]] = []
-    /// The heartRate generators' current rate, by characteristic.
-    var bpm: [Int] = []
-    /// Counts the tables installed, so that the generators of an older one stop.
-    private(set) var firmware = 0
-
-    init(_ table: AttributeTable) {
-        self.table = table
-        install(table)
-    }
-
-    /// A new firmware: its table, with its initial values.
-    mutating func install(_ table: AttributeTable) {
-        self.table = table
-        values = table.characteristics.map(\.configuration.value.bytes)
-        descriptorValues = table.descriptors.map(\.initialValue)
-        bpm = table.characteristics.map { _ in 72 }
-        firmware += 1
-    }
-
-    /// What the server answers for its Database Hash (2B2A), if it has one.
-    var databaseHash: [UInt8]? {
-        table.characteristics.firstIndex { $0.uuid == AttributeTable.databaseHash }.map { values[$0] }
     }
 }
 

@@ -25,12 +25,15 @@ extension Engine {
         case .idle:
             break
         }
-        guard powered else { return fail(call, BlueZError.failed("Input/output error")) }
+        guard adapters[devices[d].adapter].powered else { return fail(call, BlueZError.failed("Input/output error")) }
         // bluetoothd's bt_io_connect gets EBUSY from the kernel, which holds a link to the device.
-        if devices[d].faults.staleLink { return fail(call, BlueZError.failed("Input/output error")) }
+        if devices[d].staleLink { return fail(call, BlueZError.failed("Input/output error")) }
         devices[d].connectCall = call
         beginConnect(d)
     }
+
+    /// How long a controller takes to refuse a connection it has no room for.
+    static let refusalMs = 5
 
     /// Starts a connection attempt; it ends in `linkUp` or `failConnect`.
     func beginConnect(_ d: Int) {
@@ -38,24 +41,54 @@ extension Engine {
         devices[d].link = .connecting(attempt: attempt)
         devices[d].temporary = false
         devices[d].temporaryTimer = nil
-        let device = devices[d]
-        let delay = device.faults.connectDelayMs ?? device.config.connectDelayMs
-        log("\(device.address): connecting")
-        if let error = device.faults.connectError, device.connectFailuresLeft.map({ $0 > 0 }) ?? true {
-            if let left = device.connectFailuresLeft { devices[d].connectFailuresLeft = left - 1 }
+        let p = devices[d].peer
+        let peripheral = peripherals[p]
+        let delay = peripheral.faults.connectDelayMs ?? peripheral.config.connectDelayMs
+        log("\(describe(d)): connecting")
+        let a = devices[d].adapter
+        let links = peripherals.indices.count { devices[peripherals[$0].entries[a]].link != .idle } - 1
+        if links >= adapters[a].config.maxConnections {
+            // The controller answers LE Create Connection with Connection Limit Exceeded (0x09),
+            // which the kernel passes on as EMLINK.
+            log("\(adapters[a].config.id) holds \(links) links, its limit")
+            tasks.after(milliseconds: Engine.refusalMs) {
+                await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-concurrent-connection-limit"),
+                                                linkEstablished: false)
+            }
+        } else if let error = peripheral.faults.connectError, peripheral.connectFailuresLeft.map({ $0 > 0 }) ?? true {
+            if let left = peripheral.connectFailuresLeft { peripherals[p].connectFailuresLeft = left - 1 }
             tasks.after(milliseconds: delay) {
                 await self.connectAttemptFailed(d, attempt: attempt, BusError(name: error.name, message: error.message),
                                                 linkEstablished: error.linkEstablished)
             }
-        } else if !device.config.connectable || device.faults.outOfRange {
-            // Nobody answers: the kernel gives up after its LE connection timeout.
-            tasks.after(milliseconds: adapterConfig.connectTimeoutMs) {
-                await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-abort-by-local"),
-                                                linkEstablished: false)
-            }
+        } else if !answers(d) {
+            nobodyAnswers(d, attempt: attempt)
         } else {
             tasks.after(milliseconds: delay) { await self.linkUp(d, attempt: attempt) }
         }
+    }
+
+    /// Whether the peripheral can take a connection through entry `d`'s adapter now: it is
+    /// connectable, in that adapter's range, and not connected through another adapter (it has
+    /// stopped advertising: a second central's connection request finds nobody).
+    private func answers(_ d: Int) -> Bool {
+        let p = devices[d].peer
+        let peripheral = peripherals[p]
+        return peripheral.config.connectable && !peripheral.faults.outOfRange && peripheral.rssi[devices[d].adapter] != nil
+            && peripheral.entries.allSatisfy { $0 == d || !devices[$0].hasGATT }
+    }
+
+    /// Nobody answers the connection request: the kernel gives up after its LE connection timeout.
+    private func nobodyAnswers(_ d: Int, attempt: Int) {
+        tasks.after(milliseconds: adapterConfig(d).connectTimeoutMs) {
+            await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-abort-by-local"),
+                                            linkEstablished: false)
+        }
+    }
+
+    /// The device's address for log lines, with the adapter when there are several.
+    func describe(_ d: Int) -> String {
+        adapters.count == 1 ? devices[d].address.description : "\(adapters[devices[d].adapter].config.id) \(devices[d].address)"
     }
 
     private func connectAttemptFailed(_ d: Int, attempt: Int, _ error: BusError, linkEstablished: Bool) {
@@ -67,7 +100,7 @@ extension Engine {
     /// bluetoothd's "Software caused connection abort".
     func failConnect(_ d: Int, _ error: BusError, linkEstablished: Bool) {
         devices[d].link = .idle
-        log("\(devices[d].address): connect failed: \(error)")
+        log("\(describe(d)): connect failed: \(error)")
         if linkEstablished {
             devices[d].connected = true
             propertiesChanged(.device(d), Interface.device, ["Connected"])
@@ -95,20 +128,15 @@ extension Engine {
     /// their MTU, the notification sessions re-enabled, then ServicesResolved=true.
     private func linkUp(_ d: Int, attempt: Int) {
         guard devices[d].link == .connecting(attempt: attempt) else { return }
-        if devices[d].faults.outOfRange {
-            // It went out of range while being connected: nobody answers, as for an absent device.
-            tasks.after(milliseconds: adapterConfig.connectTimeoutMs) {
-                await self.connectAttemptFailed(d, attempt: attempt, BlueZError.failed("le-connection-abort-by-local"),
-                                                linkEstablished: false)
-            }
-            return
-        }
+        // It went out of range, or another adapter's link got it first: nobody answers.
+        guard answers(d) else { return nobodyAnswers(d, attempt: attempt) }
+        let faults = peripherals[devices[d].peer].faults
         devices[d].link = .connected
         devices[d].linkEpoch += 1
         let epoch = devices[d].linkEpoch
         devices[d].connected = true
-        log("\(devices[d].address): connected")
-        if !devices[d].faults.suppressConnectedSignal {
+        log("\(describe(d)): connected")
+        if !faults.suppressConnectedSignal {
             propertiesChanged(.device(d), Interface.device, ["Connected"])
         }
         if let call = devices[d].connectCall {
@@ -116,14 +144,14 @@ extension Engine {
             reply(call)
         }
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
-        let early = devices[d].faults.servicesResolvedEarly && !devices[d].gattExported
+        let early = faults.servicesResolvedEarly && !devices[d].gattExported
         discoverAtConnection(d)
         if early { resolveServices(d) }
         var resolved = early
         let services = devices[d].gatt.present
         if !devices[d].gattExported {
             devices[d].gattExported = true
-            if let late = devices[d].faults.lateServices, late.first < services.count {
+            if let late = faults.lateServices, late.first < services.count {
                 // In two pieces, ServicesResolved between them or after both (the race seen on
                 // real bluetoothd after a restart).
                 exportGATT(d, services.prefix(late.first))
@@ -153,8 +181,8 @@ extension Engine {
             }
         }
         if !resolved { resolveServices(d) }
-        startUART(d)  // its stream, for sessions kept from the last connection
-        if let ms = devices[d].faults.dropLinkAfterMs {
+        startUART(devices[d].peer)  // its stream, for sessions kept from the last connection
+        if let ms = faults.dropLinkAfterMs {
             tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
         }
         if devices[d].pairing != nil { startPairing(d) }
@@ -197,7 +225,7 @@ extension Engine {
         guard devices[d].link == .connected else { return }
         devices[d].link = .disconnecting
         let epoch = devices[d].linkEpoch
-        tasks.after(milliseconds: adapterConfig.disconnectDelayMs) { await self.linkDown(d, epoch: epoch) }
+        tasks.after(milliseconds: adapterConfig(d).disconnectDelayMs) { await self.linkDown(d, epoch: epoch) }
     }
 
     /// The link went down (by request, link loss or power off): pending ATT requests fail,
@@ -205,7 +233,7 @@ extension Engine {
     /// Disconnect replies, Connected=false. The GATT objects stay, as in 5.66.
     func linkDown(_ d: Int, epoch: Int? = nil) {
         guard devices[d].hasGATT, epoch == nil || epoch == devices[d].linkEpoch else { return }
-        log("\(devices[d].address): disconnected")
+        log("\(describe(d)): disconnected")
         devices[d].link = .idle
         for c in devices[d].gatt.characteristics.indices {
             failPendingRequests(d, characteristic: c)
@@ -224,7 +252,7 @@ extension Engine {
         propertiesChanged(.device(d), Interface.device, ["Connected"])
         // bluetoothd hears of the disconnection, then finishes the bonding it was doing.
         if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
-        if devices[d].faults.forgetGATT {
+        if peripherals[devices[d].peer].faults.forgetGATT {
             // No cache: the objects, and the notification sessions on them, go with the link.
             withdrawGATT(d)
         }

@@ -10,7 +10,7 @@ extension Engine {
     /// server that owes a bonded client a Service Changed indication sends it now.
     func discoverAtConnection(_ d: Int) {
         let cache = devices[d].gatt
-        let hashMatches = cache.hash != nil && cache.hash == devices[d].peripheral.databaseHash
+        let hashMatches = cache.hash != nil && cache.hash == peripherals[devices[d].peer].server.databaseHash
         let indicated = devices[d].serviceChangedPending
         devices[d].serviceChangedPending = false
         guard !cache.discovered || !hashMatches || indicated else { return }
@@ -25,7 +25,7 @@ extension Engine {
     /// whether the cache changed.
     @discardableResult
     private func rediscover(_ d: Int) -> Bool {
-        let table = devices[d].peripheral.table
+        let table = peripherals[devices[d].peer].server.table
         let before = devices[d].gatt.present
         var kept: Set<Int> = []
         var added: [Int] = []
@@ -34,10 +34,10 @@ extension Engine {
         }
         let dropped = before.filter { !kept.contains($0) }
         for s in dropped { dropCachedService(d, s) }
-        for s in added { devices[d].gatt.add(s, of: table) }
+        for s in added { devices[d].gatt.add(s, of: table, under: devices[d].path) }
         devices[d].gatt.markDiscovered()
         // Read once the discovery is done, from the peripheral (read_db_hash).
-        devices[d].gatt.hash = devices[d].gatt.has(AttributeTable.databaseHash) ? devices[d].peripheral.databaseHash : nil
+        devices[d].gatt.hash = devices[d].gatt.has(AttributeTable.databaseHash) ? peripherals[devices[d].peer].server.databaseHash : nil
         return !dropped.isEmpty || !added.isEmpty
     }
 
@@ -70,8 +70,9 @@ extension Engine {
     }
 
     /// bluetoothd drops its cache of the device: every GATT object is withdrawn (children first,
-    /// as it unregisters them), and the next connection discovers anew.
-    func withdrawGATT(_ d: Int) {
+    /// as it unregisters them), and the next connection discovers anew. With `keepCache` only
+    /// the objects go (bluetoothd's storage keeps a bonded device's cache).
+    func withdrawGATT(_ d: Int, keepCache: Bool = false) {
         for s in devices[d].gatt.present {
             for c in devices[d].gatt.services[s].characteristics {
                 for x in devices[d].gatt.characteristics[c].descriptors { unexport(.descriptor(d, x)) }
@@ -79,7 +80,7 @@ extension Engine {
             }
             unexport(.service(d, s))
         }
-        devices[d].gatt = GATTCache()
+        if !keepCache { devices[d].gatt = GATTCache() }
         devices[d].gattExported = false
     }
 
@@ -99,26 +100,29 @@ extension Engine {
     }
 
     /// `SetServices`: the peripheral runs a new firmware with these services (new values, its
-    /// generators restarted). With `indicate`, it sends Service Changed: bluetoothd, connected
-    /// and registered for it (the cache has 2A05), discovers again at once; a bonded one that
-    /// is away hears it at the next connection; an unbonded one never does. Otherwise the
-    /// cache stays as it is until a connection finds another Database Hash, or the device is
-    /// removed.
-    func installFirmware(_ d: Int, _ services: [SimulatorConfiguration.Service], indicate: Bool) {
-        devices[d].peripheral.install(AttributeTable(services, path: devices[d].path))
-        startGenerators(d)
-        log("\(devices[d].address): new firmware, \(services.count) services\(indicate ? ", Service Changed indicated" : "")")
+    /// generators restarted). With `indicate`, it sends Service Changed to each central that
+    /// registered for it (its cache has 2A05): one connected discovers again at once; a bonded
+    /// one that is away hears it at its next connection; an unbonded one never does. Otherwise
+    /// the caches stay as they are until a connection finds another Database Hash, or the
+    /// device is removed.
+    func installFirmware(_ p: Int, _ services: [SimulatorConfiguration.Service], indicate: Bool) {
+        peripherals[p].server.install(AttributeTable(services))
+        startGenerators(p)
+        log("\(peripherals[p].address): new firmware, \(services.count) services\(indicate ? ", Service Changed indicated" : "")")
         guard indicate else { return }
-        guard devices[d].gatt.has(AttributeTable.serviceChanged) else {
-            return log("\(devices[d].address): bluetoothd has no Service Changed characteristic of it cached, so hears nothing")
+        let registered = peripherals[p].entries.filter { devices[$0].gatt.has(AttributeTable.serviceChanged) }
+        if registered.isEmpty {
+            log("\(peripherals[p].address): bluetoothd has no Service Changed characteristic of it cached, so hears nothing")
         }
-        if devices[d].hasGATT {
-            if rediscover(d) {
-                exportGATT(d, devices[d].gatt.present)
-                updateUUIDs(d)
+        for d in registered {
+            if devices[d].hasGATT {
+                if rediscover(d) {
+                    exportGATT(d, devices[d].gatt.present)
+                    updateUUIDs(d)
+                }
+            } else if devices[d].bonded {
+                devices[d].serviceChangedPending = true
             }
-        } else if devices[d].bonded {
-            devices[d].serviceChangedPending = true
         }
     }
 }

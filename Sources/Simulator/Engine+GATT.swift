@@ -98,7 +98,7 @@ extension Engine {
 
     /// The peripheral's GATT server answering a read of `handle`.
     private func peerRead(_ d: Int, handle: UInt16, offset: Int) -> Result<[UInt8], PeerFailure> {
-        let table = devices[d].peripheral.table
+        let table = peripherals[devices[d].peer].server.table
         guard let attribute = table.attribute(at: handle) else { return .failure(PeerFailure(code: .invalidHandle)) }
         if let code = injectedError(d, attribute, write: false) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
         var permission = Permission(allowed: true)
@@ -108,11 +108,11 @@ extension Engine {
             value = table.declarationValue(attribute)
         case .value(let c):
             permission = table.characteristics[c].read
-            value = devices[d].peripheral.values[c]
+            value = peripherals[devices[d].peer].server.values[c]
         case .descriptor(let x):
             let info = table.descriptors[x]
             permission = info.read
-            value = info.isCCCD ? cccdValue(d, info.characteristic) : devices[d].peripheral.descriptorValues[x]
+            value = info.isCCCD ? cccdValue(d, info.characteristic) : peripherals[devices[d].peer].server.descriptorValues[x]
         }
         guard permission.allowed else { return .failure(PeerFailure(code: .readNotPermitted)) }
         if let failure = checkSecurity(d, permission) { return .failure(failure) }
@@ -193,7 +193,7 @@ extension Engine {
     /// its value updated (a CCCD's write is the subscription to its characteristic).
     private func peerWrite(_ d: Int, handle: UInt16, _ data: [UInt8], offset: Int, command: Bool)
         -> Result<AttributeTable.Attribute, PeerFailure> {
-        let table = devices[d].peripheral.table
+        let table = peripherals[devices[d].peer].server.table
         guard let attribute = table.attribute(at: handle) else { return .failure(PeerFailure(code: .invalidHandle)) }
         if let code = injectedError(d, attribute, write: true) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: code))) }
         let permission: Permission
@@ -206,14 +206,14 @@ extension Engine {
         case .value(let c):
             let info = table.characteristics[c]
             permission = info.write
-            current = devices[d].peripheral.values[c]
+            current = peripherals[devices[d].peer].server.values[c]
             accept = info.configuration.accept
             rejectCode = info.configuration.rejectCode
         case .descriptor(let x):
             let info = table.descriptors[x]
             // A subscription needs what the characteristic demands for notifications.
             permission = info.isCCCD ? table.characteristics[info.characteristic].subscribe : info.write
-            current = devices[d].peripheral.descriptorValues[x]
+            current = peripherals[devices[d].peer].server.descriptorValues[x]
         }
         guard permission.allowed else { return .failure(PeerFailure(code: .writeNotPermitted)) }
         // A command cannot start pairing: without the security it is dropped.
@@ -224,8 +224,8 @@ extension Engine {
         if let accept, !accept.contains(HexBytes(data)) { return .failure(PeerFailure(code: ATTErrorCode(rawValue: rejectCode))) }
         let value = Array(current[..<offset]) + data
         switch attribute {
-        case .value(let c): devices[d].peripheral.values[c] = value
-        case .descriptor(let x): devices[d].peripheral.descriptorValues[x] = value
+        case .value(let c): peripherals[devices[d].peer].server.values[c] = value
+        case .descriptor(let x): peripherals[devices[d].peer].server.descriptorValues[x] = value
         case .service, .declaration: break
         }
         return .success(attribute)
@@ -233,8 +233,8 @@ extension Engine {
 
     /// After a characteristic took a write: an echo device sends it back.
     private func echo(_ d: Int, _ written: AttributeTable.Attribute) {
-        guard case .value(let c) = written, devices[d].peripheral.table.characteristics[c].configuration.echo else { return }
-        notify(d, c, devices[d].peripheral.values[c])
+        guard case .value(let c) = written, peripherals[devices[d].peer].server.table.characteristics[c].configuration.echo else { return }
+        notify(d, c, peripherals[devices[d].peer].server.values[c])
     }
 
     // MARK: - Notifications
@@ -293,7 +293,7 @@ extension Engine {
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
         for waiter in subscribing.waiters { reply(waiter.call) }
-        startUART(d)  // its stream, if this is its tx
+        startUART(devices[d].peer)  // its stream, if this is its tx
     }
 
     /// StopNotify, or the client left the bus. Notifying turns false when no session remains
@@ -327,13 +327,13 @@ extension Engine {
     /// The cached characteristic at the value handle of the peripheral's characteristic `c`, if a
     /// session has it subscribed (the peripheral's CCCD is then on).
     func subscribedCharacteristic(_ d: Int, _ c: Int) -> Int? {
-        guard let cached = devices[d].gatt.characteristic(valueHandle: devices[d].peripheral.table.characteristics[c].valueHandle),
+        guard let cached = devices[d].gatt.characteristic(valueHandle: peripherals[devices[d].peer].server.table.characteristics[c].valueHandle),
               devices[d].gatt.characteristics[cached].state.sessions.values.contains(.active) else { return nil }
         return cached
     }
 
     private func cccdValue(_ d: Int, _ c: Int) -> [UInt8] {
-        devices[d].hasGATT && subscribedCharacteristic(d, c) != nil ? devices[d].peripheral.table.characteristics[c].subscriptionValue : [0, 0]
+        devices[d].hasGATT && subscribedCharacteristic(d, c) != nil ? peripherals[devices[d].peer].server.table.characteristics[c].subscriptionValue : [0, 0]
     }
 
     // MARK: - Helpers
@@ -354,7 +354,7 @@ extension Engine {
 
     /// An ATT error set by a fault for this attribute of the peripheral and this access.
     private func injectedError(_ d: Int, _ attribute: AttributeTable.Attribute, write: Bool) -> UInt8? {
-        let table = devices[d].peripheral.table
+        let table = peripherals[devices[d].peer].server.table
         let (uuid, handles): (BluetoothUUID, [UInt16])
         switch attribute {
         case .value(let c):
@@ -366,7 +366,7 @@ extension Engine {
         case .service, .declaration:
             return nil
         }
-        return devices[d].faults.attErrors.first { fault in
+        return peripherals[devices[d].peer].faults.attErrors.first { fault in
             guard fault.operation == .any || (fault.operation == .write) == write else { return false }
             if let u = fault.uuid { return u == uuid }
             return handles.contains { Int($0) == fault.handle }
@@ -375,7 +375,7 @@ extension Engine {
 
     /// Runs `action` after the device's response delay (at once when there is none).
     private func respond(_ d: Int, _ action: @escaping @Sendable (isolated Engine) -> Void) {
-        let delay = devices[d].responseDelayMs
+        let delay = peripherals[devices[d].peer].responseDelayMs
         if delay == 0 { return action(self) }
         tasks.after(milliseconds: delay) { await self.run(action) }
     }

@@ -68,7 +68,7 @@ extension Engine {
     }
 
     /// A call to an agent whose answer bluetoothd does not wait for (Cancel, Release, DisplayPasskey).
-    private func tell(_ agent: Agent, _ member: String, _ body: [Value] = []) {
+    func tell(_ agent: Agent, _ member: String, _ body: [Value] = []) {
         send(.methodCall(destination: agent.owner, path: agent.path, interface: Interface.agent, member: member, body))
     }
 
@@ -86,7 +86,7 @@ extension Engine {
         case .connected, .disconnecting: startPairing(d)
         case .connecting: break  // linkUp continues
         case .idle:
-            guard powered else {
+            guard adapters[devices[d].adapter].powered else {
                 devices[d].pairing = nil
                 return fail(call, BlueZError.failed("Input/output error"))
             }
@@ -102,14 +102,14 @@ extension Engine {
 
     private func userStep(_ d: Int, id: Int) {
         guard let pairing = devices[d].pairing, pairing.id == id, devices[d].hasGATT else { return }
-        let method = PairingMethod(central: pairing.agent?.capability ?? .noInputNoOutput, peripheral: devices[d].pairingConfig.io)
+        let method = PairingMethod(central: pairing.agent?.capability ?? .noInputNoOutput, peripheral: peripherals[devices[d].peer].pairingConfig.io)
         guard let agent = pairing.agent, method != .justWorks else { return paired(d, authenticated: false) }
         let device = Value.objectPath(devices[d].path)
         switch method {
         case .justWorks:
             break
         case .centralEnters:
-            let passkey = UInt32(devices[d].pairingConfig.passkey ?? Int.random(in: 0...999_999))
+            let passkey = UInt32(peripherals[devices[d].peer].pairingConfig.passkey ?? Int.random(in: 0...999_999))
             devices[d].pairing?.displayedPasskey = passkey
             log("\(devices[d].address): displays passkey \(sixDigits(passkey))")
             ask(d, id: id, agent, "RequestPasskey", [device], .passkey(expected: passkey))
@@ -137,7 +137,7 @@ extension Engine {
             }
             await self.agentAnswered(d, id: id, answer)
         }
-        tasks.after(milliseconds: adapterConfig.pairingTimeoutMs) { await self.pairingTimedOut(d, id: id) }
+        tasks.after(milliseconds: adapterConfig(d).pairingTimeoutMs) { await self.pairingTimedOut(d, id: id) }
     }
 
     private func agentAnswered(_ d: Int, id: Int, _ answer: Result<Message, BusError>) {
@@ -166,7 +166,7 @@ extension Engine {
 
     private func peripheralTyped(_ d: Int, id: Int) {
         guard devices[d].pairing?.id == id, devices[d].hasGATT else { return }
-        guard !devices[d].pairingConfig.entersWrong else {
+        guard !peripherals[devices[d].peer].pairingConfig.entersWrong else {
             log("\(devices[d].address): its user types a wrong passkey")
             return endPairing(d, BlueZError.authenticationFailed)
         }
@@ -176,7 +176,7 @@ extension Engine {
     /// The agent did not answer in time: the Security Manager gives up and drops the link.
     private func pairingTimedOut(_ d: Int, id: Int) {
         guard let pairing = devices[d].pairing, pairing.id == id, pairing.asking != nil else { return }
-        log("\(devices[d].address): no answer from the agent in \(adapterConfig.pairingTimeoutMs) ms: the pairing times out")
+        log("\(devices[d].address): no answer from the agent in \(adapterConfig(d).pairingTimeoutMs) ms: the pairing times out")
         linkDown(d)
     }
 

@@ -10,25 +10,14 @@ actor Engine {
     let connection: Connection
     let tasks: TaskBag
     let log: @Sendable (String) -> Void
-    let adapterConfig: SimulatorConfiguration.Adapter
 
     static let root = ObjectPath.root
     static let bluezPath = ObjectPath(trusted: "/org/bluez")
-    static let adapterPath = ObjectPath(trusted: "/org/bluez/hci0")
     static let controlPath = ObjectPath(trusted: "/io/gattway/simulator")
 
-    // MARK: adapter
-    var powered: Bool
-    var adapterAlias: String?
-    var discoverable = false
-    var discoverableTimeout: UInt32 = 180
-    var pairable = true
-    var pairableTimeout: UInt32 = 0
-    var discovering = false
-    /// Discovery sessions and pre-set filters, by D-Bus sender.
-    var discoveryClients: [String: DiscoveryClient] = [:]
-    /// Devices reported during the current discovery (their RSSI is invalidated when it stops).
-    var discoveryFound: Set<Int> = []
+    // MARK: adapters
+    /// Every configured adapter, plugged in or not, in configuration order.
+    var adapters: [AdapterState]
     /// Registered agents by owner (one per D-Bus client, as bluetoothd allows).
     var agents: [String: Agent] = [:]
     /// bluetoothd's queue of agents by owner: the first is the default agent (the first one
@@ -36,7 +25,11 @@ actor Engine {
     var defaultAgents: [String] = []
 
     // MARK: devices and objects
-    var devices: [DeviceState]
+    /// The peripherals in the room (an address rotation adds one).
+    var peripherals: [Peripheral] = []
+    /// bluetoothd's Device1 entries: one per adapter for each peripheral, exported once that
+    /// adapter heard it.
+    var devices: [DeviceState] = []
     /// Every exported object path.
     var objects: [ObjectPath: ObjectRef] = [:]
     /// Method calls per "member path", for CallCount.
@@ -47,7 +40,8 @@ actor Engine {
     var down = false
 
     enum ObjectRef: Hashable, Sendable {
-        case root, node, bluez, adapter, control
+        case root, node, bluez, control
+        case adapter(Int)
         case device(Int)
         case service(Int, Int)
         case characteristic(Int, Int)
@@ -58,14 +52,32 @@ actor Engine {
         self.connection = connection
         self.tasks = tasks
         self.log = log
-        adapterConfig = configuration.adapter
-        powered = configuration.adapter.powered
-        devices = configuration.devices.map { DeviceState(config: $0, adapterPath: Engine.adapterPath) }
+        adapters = configuration.adapters.map(AdapterState.init)
+        for config in configuration.devices { Engine.add(config, to: &peripherals, &devices, adapters: adapters) }
         for path in ["/", "/org", "/io", "/io/gattway"] { objects[ObjectPath(trusted: path)] = path == "/" ? .root : .node }
         objects[Engine.bluezPath] = .bluez
-        objects[Engine.adapterPath] = .adapter
+        for a in adapters.indices { objects[adapters[a].path] = .adapter(a) }
         objects[Engine.controlPath] = .control
     }
+
+    /// A new peripheral, with its Device1 entry (not exported yet) on every adapter.
+    static func add(_ config: SimulatorConfiguration.Device, to peripherals: inout [Peripheral], _ devices: inout [DeviceState],
+                    adapters: [AdapterState]) {
+        var peripheral = Peripheral(config: config, adapters: adapters.map(\.config))
+        for a in adapters.indices {
+            peripheral.entries.append(devices.count)
+            var entry = DeviceState(config: config, adapterPath: adapters[a].path, adapter: a, peer: peripherals.count)
+            entry.staleLink = config.faults.staleLink
+            devices.append(entry)
+        }
+        peripherals.append(peripheral)
+    }
+
+    /// The settings of the adapter a Device1 entry belongs to.
+    func adapterConfig(_ d: Int) -> SimulatorConfiguration.Adapter { adapters[devices[d].adapter].config }
+
+    /// The entry through which the peripheral has its link (ATT up), if it has one.
+    func linked(_ p: Int) -> Int? { peripherals[p].entries.first { devices[$0].hasGATT } }
 
     func makeID() -> Int {
         nextID += 1
@@ -158,7 +170,7 @@ actor Engine {
         case (Interface.objectManager, _): reply(call, [managedObjects()])
         case (Interface.agentManager, _): agentManagerCall(call, member: member, sender: sender)
         case (Interface.profileManager, _): reply(call)
-        case (Interface.adapter, _): adapterCall(call, member: member, sender: sender)
+        case (Interface.adapter, .adapter(let a)): adapterCall(call, member: member, adapter: a, sender: sender)
         case (Interface.device, .device(let d)): deviceCall(call, member: member, device: d, sender: sender)
         case (Interface.characteristic, .characteristic(let d, let c)): characteristicCall(call, member: member, device: d, characteristic: c, sender: sender)
         case (Interface.descriptor, .descriptor(let d, let x)): descriptorCall(call, member: member, device: d, descriptor: x)
@@ -176,7 +188,7 @@ actor Engine {
 
     func clientVanished(_ name: String) {
         if agents[name] != nil { dropAgent(name) }
-        if discoveryClients[name] != nil { removeDiscoveryClient(name) }
+        for a in adapters.indices where adapters[a].discoveryClients[name] != nil { removeDiscoveryClient(a, name) }
         for d in devices.indices {
             for c in devices[d].gatt.characteristics.indices where devices[d].gatt.characteristics[c].state.sessions[name] != nil {
                 endSession(device: d, characteristic: c, sender: name)
@@ -192,7 +204,7 @@ actor Engine {
         case .root: return Engine.root
         case .node: return nil
         case .bluez: return Engine.bluezPath
-        case .adapter: return Engine.adapterPath
+        case .adapter(let a): return adapters[a].path
         case .control: return Engine.controlPath
         case .device(let d): return devices[d].path
         case .service(let d, let s): return devices[d].gatt.services[s].path
@@ -240,189 +252,6 @@ actor Engine {
             if let first = other.rawValue.dropFirst(prefix.count).split(separator: "/").first { children.insert(String(first)) }
         }
         return Interface.introspection(interfaces: interfaces(of: ref), children: children.sorted())
-    }
-
-    // MARK: - Properties
-
-    /// The properties an object's interface has now (nil: no such interface).
-    func properties(_ ref: ObjectRef, _ interface: String) -> [(String, Value)]? {
-        guard interfaces(of: ref).contains(interface) else { return nil }
-        switch (ref, interface) {
-        case (.adapter, Interface.adapter): return adapterProperties()
-        case (.device(let d), Interface.device): return deviceProperties(d)
-        case (.service(let d, let s), Interface.service): return serviceProperties(d, s)
-        case (.characteristic(let d, let c), Interface.characteristic): return characteristicProperties(d, c)
-        case (.descriptor(let d, let x), Interface.descriptor): return descriptorProperties(d, x)
-        default: return []
-        }
-    }
-
-    private func adapterProperties() -> [(String, Value)] {
-        [
-            ("Address", .string(adapterConfig.address.description)),
-            ("AddressType", .string("public")),
-            ("Name", .string(adapterConfig.name)),
-            ("Alias", .string(adapterAlias ?? adapterConfig.name)),
-            ("Class", .uint32(0)),
-            ("Powered", .bool(powered)),
-            ("Discoverable", .bool(discoverable)),
-            ("DiscoverableTimeout", .uint32(discoverableTimeout)),
-            ("Pairable", .bool(pairable)),
-            ("PairableTimeout", .uint32(pairableTimeout)),
-            ("Discovering", .bool(discovering)),
-            ("UUIDs", .strings([0x1800, 0x1801, 0x180A].map { BluetoothUUID(uint16: $0).uuidString })),
-            ("Modalias", .string("usb:v1D6Bp0246d0542")),
-            ("Roles", .strings(["central", "peripheral"])),
-        ]
-    }
-
-    private func deviceProperties(_ d: Int) -> [(String, Value)] {
-        let device = devices[d]
-        var p: [(String, Value)] = [
-            ("Address", .string(device.address.description)),
-            ("AddressType", .string(device.config.addressType)),
-        ]
-        if let name = device.name { p.append(("Name", .string(name))) }
-        p += [
-            ("Alias", .string(device.displayAlias)),
-            ("Paired", .bool(device.paired)),
-            ("Bonded", .bool(device.bonded)),
-            ("Trusted", .bool(device.trusted)),
-            ("Blocked", .bool(device.blocked)),
-            ("LegacyPairing", .bool(false)),
-        ]
-        if let rssi = device.rssi { p.append(("RSSI", .int16(Int16(clamping: rssi)))) }
-        p += [
-            ("Connected", .bool(device.connected)),
-            ("UUIDs", .strings(device.uuids.map(\.uuidString))),
-            ("Adapter", .objectPath(Engine.adapterPath)),
-        ]
-        if !device.manufacturerData.isEmpty {
-            p.append(("ManufacturerData", .dictionary(key: Types.q, value: Types.v, device.manufacturerData.sorted { $0.key < $1.key }.map {
-                .init(.uint16($0.key), .variant(.bytes($0.value)))
-            })))
-        }
-        if !device.serviceData.isEmpty {
-            p.append(("ServiceData", .dictionary(key: Types.s, value: Types.v, device.serviceData.sorted { $0.key < $1.key }.map {
-                .init(.string($0.key.uuidString), .variant(.bytes($0.value)))
-            })))
-        }
-        if let tx = device.txPower { p.append(("TxPower", .int16(Int16(clamping: tx)))) }
-        p.append(("ServicesResolved", .bool(device.servicesResolved)))
-        if adapterConfig.experimental, let flags = device.advertisingFlags { p.append(("AdvertisingFlags", .bytes(flags))) }
-        return p
-    }
-
-    private func serviceProperties(_ d: Int, _ s: Int) -> [(String, Value)] {
-        let service = devices[d].gatt.services[s]
-        return [
-            ("UUID", .string(service.uuid.uuidString)),
-            ("Device", .objectPath(devices[d].path)),
-            ("Primary", .bool(service.primary)),
-            ("Includes", .objectPaths([])),
-        ]
-    }
-
-    private func characteristicProperties(_ d: Int, _ c: Int) -> [(String, Value)] {
-        let info = devices[d].gatt.characteristics[c]
-        let state = info.state
-        var p: [(String, Value)] = [
-            ("UUID", .string(info.uuid.uuidString)),
-            ("Service", .objectPath(devices[d].gatt.services[info.service].path)),
-        ]
-        if let cached = state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
-        if info.canNotify { p.append(("Notifying", .bool(state.notifying))) }
-        p.append(("Flags", .strings(info.flags)))
-        if info.hasWriteWithoutResponse { p.append(("WriteAcquired", .bool(false))) }
-        if info.flags.contains("notify") { p.append(("NotifyAcquired", .bool(false))) }
-        if devices[d].hasGATT { p.append(("MTU", .uint16(UInt16(devices[d].mtu)))) }
-        return p
-    }
-
-    private func descriptorProperties(_ d: Int, _ x: Int) -> [(String, Value)] {
-        let info = devices[d].gatt.descriptors[x]
-        var p: [(String, Value)] = [
-            ("UUID", .string(info.uuid.uuidString)),
-            ("Characteristic", .objectPath(devices[d].gatt.characteristics[info.characteristic].path)),
-        ]
-        if let cached = info.state.cached, !cached.isEmpty { p.append(("Value", .bytes(cached))) }
-        return p
-    }
-
-    /// Properties.Get, GetAll and Set, with gdbus's errors.
-    private func propertiesCall(_ call: Message, _ ref: ObjectRef) {
-        guard let interface = call.body.first?.string else { return fail(call, DBusError.invalidArgs("No arguments given")) }
-        guard let current = properties(ref, interface) else {
-            return fail(call, DBusError.invalidArgs("No such interface '\(interface)'"))
-        }
-        switch call.member {
-        case "GetAll":
-            reply(call, [.stringVariantDictionary(current)])
-        case "Get":
-            let name = call.body[1].string ?? ""
-            guard let value = current.first(where: { $0.0 == name })?.1 else {
-                return fail(call, DBusError.invalidArgs("No such property '\(name)'"))
-            }
-            reply(call, [.variant(value)])
-        default:
-            let name = call.body[1].string ?? ""
-            guard let declared = Interface.property(interface, name) else {
-                return fail(call, BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "No such property '\(name)'"))
-            }
-            guard declared.writable else {
-                return fail(call, BusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "Property '\(name)' is not writable"))
-            }
-            let value = call.body[2].unwrapped
-            guard value.signature.rawValue == declared.type else {
-                return fail(call, BusError(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "Invalid signature for '\(name)'"))
-            }
-            setProperty(call, ref, name, value)
-        }
-    }
-
-    /// Properties.Set: gdbus answers at once and signals the change afterwards.
-    private func setProperty(_ call: Message, _ ref: ObjectRef, _ name: String, _ value: Value) {
-        var changed: [String] = []
-        switch (ref, name) {
-        case (.adapter, "Powered"):
-            return setPowered(value.bool ?? true, call: call)
-        case (.adapter, "Alias"):
-            let alias = value.string ?? ""
-            adapterAlias = alias.isEmpty ? nil : alias
-            changed = [name]
-        case (.adapter, "Discoverable"):
-            discoverable = value.bool ?? false
-            changed = [name]
-        case (.adapter, "Pairable"):
-            pairable = value.bool ?? false
-            changed = [name]
-        case (.adapter, "DiscoverableTimeout"):
-            discoverableTimeout = UInt32(value.integer ?? 0)
-            changed = [name]
-        case (.adapter, "PairableTimeout"):
-            pairableTimeout = UInt32(value.integer ?? 0)
-            changed = [name]
-        case (.device(let d), "Alias"):
-            let alias = value.string ?? ""
-            let new: String? = alias.isEmpty ? nil : alias
-            if new != devices[d].alias {
-                devices[d].alias = new
-                changed = [name]
-            }
-        case (.device(let d), "Trusted"):
-            let trusted = value.bool ?? false
-            if trusted != devices[d].trusted {
-                devices[d].trusted = trusted
-                changed = [name]
-            }
-        case (.device(let d), "Blocked"):
-            reply(call)
-            return setBlocked(d, value.bool ?? false)
-        default:
-            return fail(call, BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "No such property '\(name)'"))
-        }
-        reply(call)
-        if !changed.isEmpty { propertiesChanged(ref, ref == .adapter ? Interface.adapter : Interface.device, changed) }
     }
 }
 

@@ -37,7 +37,9 @@ extension SimulatorConfiguration {
         /// controller resets, and answers the kernel's Disconnect for it with another handle):
         /// a connected link is lost as bluetoothd reports it, and from then on Connect fails at
         /// once with "Input/output error" (the kernel's EBUSY) while the device advertises as
-        /// ever, until the adapter is powered off and on, which ends the fault.
+        /// ever, until the adapter is powered off and on, which ends the fault. It lives in one
+        /// adapter's kernel: the one that held the link (every adapter when none did); another
+        /// adapter connects as ever.
         public var staleLink: Bool
         /// Each connection is lost this long after it was made.
         public var dropLinkAfterMs: Int?

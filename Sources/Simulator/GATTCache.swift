@@ -69,25 +69,29 @@ struct GATTCache: Sendable {
     func cccd(of c: Int) -> Int? { characteristics[c].descriptors.first { descriptors[$0].isCCCD } }
 
     /// Stores one service of the peripheral's table as discovered, with its characteristics
-    /// and descriptors; returns its index.
+    /// and descriptors, as objects under `device`; returns its index. The object paths use the
+    /// service, characteristic-declaration and descriptor handles, as bluetoothd's do.
     @discardableResult
-    mutating func add(_ s: Int, of table: AttributeTable) -> Int {
+    mutating func add(_ s: Int, of table: AttributeTable, under device: ObjectPath) -> Int {
         discovered = true
         let source = table.services[s]
         let index = services.count
+        let servicePath = device.child("service" + hex4(source.handle))!
         services.append(Service(uuid: source.uuid, handle: source.handle, endHandle: source.endHandle,
-                                primary: source.primary, path: source.path))
+                                primary: source.primary, path: servicePath))
         for c in source.characteristics {
             let info = table.characteristics[c]
             let ci = characteristics.count
+            let path = servicePath.child("char" + hex4(info.handle))!
             characteristics.append(Characteristic(uuid: info.uuid, handle: info.handle, valueHandle: info.valueHandle,
-                                                  service: index, path: info.path, flags: info.flags))
+                                                  service: index, path: path, flags: info.flags))
             services[index].characteristics.append(ci)
             byValueHandle[info.valueHandle] = ci
             for x in info.descriptors {
                 let descriptor = table.descriptors[x]
                 characteristics[ci].descriptors.append(descriptors.count)
-                descriptors.append(Descriptor(uuid: descriptor.uuid, handle: descriptor.handle, characteristic: ci, path: descriptor.path))
+                descriptors.append(Descriptor(uuid: descriptor.uuid, handle: descriptor.handle, characteristic: ci,
+                                              path: path.child("desc" + hex4(descriptor.handle))!))
             }
         }
         return index

@@ -3,8 +3,8 @@ import DBus
 import Synchronization
 
 /// A stand-in for bluetoothd 5.66: owns `org.bluez` on the bus of `connection` and serves the
-/// adapter hci0 and the configured peripherals through the BlueZ D-Bus API, plus the
-/// `io.gattway.Simulator1` control interface at /io/gattway/simulator:
+/// configured adapters (hci0, …) and the peripherals around them through the BlueZ D-Bus API,
+/// plus the `io.gattway.Simulator1` control interface at /io/gattway/simulator:
 ///
 /// - `SetFault(s address, s faultJSON)` replaces a device's faults (`SimulatorConfiguration.Faults`)
 /// - `ClearFaults(s address)` ("" = every device)
@@ -23,7 +23,11 @@ import Synchronization
 /// - `ResetUARTStats(s address)`
 /// - `Restart(u downMs)` plays bluetoothd exiting (links, discovery and notify sessions gone,
 ///   org.bluez released, no signals) and starting again `downMs` later (unpaired devices forgotten)
-/// - `SetPowered(b on)` powers the adapter off or on, as rfkill or a reset would
+/// - `SetPowered(b on)` powers hci0 off or on, as rfkill or a reset would
+/// - `SetAdapterPowered(s adapter, b on)` the same for any adapter
+/// - `RemoveAdapter(s adapter)` unplugs an adapter (its objects go, its links with them);
+///   `AddAdapter(s adapter)` plugs it in again (bonded devices back, powered on by itself)
+/// - `SetRSSI(s address, s adapter, n rssi)` how loud an adapter hears a device (127: not at all)
 /// - `EndDiscovery()` ends every discovery session by itself, as BlueZ does when the adapter resets
 ///
 /// Incoming messages are queued in arrival order (at most 1024 waiting; beyond that a call is
@@ -103,10 +107,10 @@ extension Engine {
         startTimers()
     }
 
-    /// bluetoothd announces the adapter when it has set it up.
+    /// bluetoothd announces the adapters when it has set them up.
     func announce() {
         export(.bluez)
-        export(.adapter)
+        for a in adapters.indices where adapters[a].present { export(.adapter(a)) }
     }
 }
 /// The simulator under a name that differs from its module's (Swift cannot tell a type from a module of the same name).

@@ -2,16 +2,18 @@ import BLE
 import FoundationEssentials
 import Glibc
 
-/// What the simulator pretends to be: one adapter (hci0) and the peripherals around it.
+/// What the simulator pretends to be: its adapters (hci0, and more with "adapters") and the
+/// peripherals around them.
 ///
-/// JSON (every key but `address` and `uuid` optional; unknown keys are refused):
+/// JSON (every key but `address` and `uuid` optional; unknown keys are refused; "adapter" is
+/// short for a list of one, "adapters"):
 /// ```
-/// { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
-///                "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
-///                "pairingTimeoutMs": 30000, "attTimeoutMs": 30000, "experimental": false },
+/// { "adapters": [ { "id": "hci0", "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
+///                "maxConnections": 7, "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
+///                "pairingTimeoutMs": 30000, "attTimeoutMs": 30000, "experimental": false }, { "id": "hci1" } ],
 ///   "devices": [ {
 ///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate",
-///     "rssi": -55, "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
+///     "rssi": -55 (or per adapter, { "hci0": -55, "hci1": -80 }: unnamed adapters do not hear it), "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
 ///     "advertisingFlags": "06", "uuids": ["180D"], "manufacturerData": { "0xFFFF": "485200" },
 ///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
 ///     "sensor": { see `Sensor` },
@@ -26,21 +28,48 @@ import Glibc
 /// ```
 /// A file replaces the built-in set (`builtIn`) entirely.
 public struct SimulatorConfiguration: Codable, Sendable, Equatable {
-    public var adapter: Adapter
+    /// The local controllers, in the order bluetoothd lists them; never empty.
+    public var adapters: [Adapter]
     public var devices: [Device]
 
+    /// The first adapter (all that a one-adapter configuration has).
+    public var adapter: Adapter {
+        get { adapters[0] }
+        set { adapters[0] = newValue }
+    }
+
     public init(adapter: Adapter = Adapter(), devices: [Device]) {
-        self.adapter = adapter
+        self.init(adapters: [adapter], devices: devices)
+    }
+
+    public init(adapters: [Adapter], devices: [Device]) {
+        self.adapters = adapters
         self.devices = devices
     }
 
-    enum CodingKeys: String, CodingKey, CaseIterable { case adapter, devices }
+    enum CodingKeys: String, CodingKey, CaseIterable { case adapter, adapters, devices }
 
     public init(from decoder: any Decoder) throws {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        adapter = try c.decode(.adapter, default: Adapter())
+        if let list = try c.decodeIfPresent([Adapter].self, forKey: .adapters) {
+            guard !c.contains(.adapter) else {
+                throw DecodingError.dataCorruptedError(forKey: .adapter, in: c, debugDescription: "give \"adapter\" or \"adapters\", not both")
+            }
+            guard !list.isEmpty else {
+                throw DecodingError.dataCorruptedError(forKey: .adapters, in: c, debugDescription: "give at least one adapter")
+            }
+            adapters = list
+        } else {
+            adapters = [try c.decode(.adapter, default: Adapter())]
+        }
         devices = try c.decode(.devices, default: [])
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        if adapters.count == 1 { try c.encode(adapter, forKey: .adapter) } else { try c.encode(adapters, forKey: .adapters) }
+        try c.encode(devices, forKey: .devices)
     }
 
     /// Reads and checks a JSON configuration file.
@@ -71,16 +100,14 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
         return configuration
     }
 
-    /// Checks what single keys cannot: unique addresses, handles that fit in 16 bits, and sensor
-    /// payloads that would not silently replace configured advertisement data.
+    /// Checks what single keys cannot: unique adapters and addresses, handles that fit in 16 bits,
+    /// and sensor payloads that would not silently replace configured advertisement data.
     public func validate() throws(ConfigurationError) {
+        try validateAdapters()
         var seen: Set<BluetoothAddress> = []
         for (i, device) in devices.enumerated() {
             guard seen.insert(device.address).inserted else {
                 throw ConfigurationError("devices[\(i)].address: \(device.address) appears twice")
-            }
-            if device.address == adapter.address {
-                throw ConfigurationError("devices[\(i)].address: \(device.address) is the adapter's own address")
             }
             switch device.sensor?.format.slot {
             case .serviceData(let uuid) where device.serviceData[uuid] != nil:
@@ -122,66 +149,6 @@ public struct SimulatorConfiguration: Codable, Sendable, Equatable {
 }
 
 extension SimulatorConfiguration {
-    /// The local controller.
-    public struct Adapter: Codable, Sendable, Equatable {
-        public var address: BluetoothAddress
-        public var name: String
-        public var powered: Bool
-        /// BlueZ's TemporaryTimeout: a discovered device nobody connected to or paired with is
-        /// removed this long after it appeared (0 = never).
-        public var temporaryTimeoutSec: Int
-        /// How long Disconnect takes. Real bluetoothd waits 2 s (DISCONNECT_TIMER) before it drops
-        /// the link; the default is shorter to keep tests fast.
-        public var disconnectDelayMs: Int
-        /// How long a Connect to a device that does not answer hangs before it fails (the
-        /// kernel's LE connection timeout).
-        public var connectTimeoutMs: Int
-        /// How long pairing waits for the user (the agent's answer) before it gives up: the
-        /// Security Manager's timeout (30 s in Linux's smp.c), which drops the link; it comes
-        /// before bluetoothd's own 60 s for an agent request.
-        public var pairingTimeoutMs: Int
-        /// How long the central waits for an ATT response before it gives the link up (ATT's
-        /// transaction timeout, 30 s; a UART peripheral holding a write's response can reach it).
-        public var attTimeoutMs: Int
-        /// Properties bluetoothd exports only with `--experimental` (Device1.AdvertisingFlags).
-        public var experimental: Bool
-
-        public init(address: BluetoothAddress = BluetoothAddress("00:1A:7D:DA:71:13")!, name: String = "gattway-sim",
-                    powered: Bool = true, temporaryTimeoutSec: Int = 30, disconnectDelayMs: Int = 100,
-                    connectTimeoutMs: Int = 20_000, pairingTimeoutMs: Int = 30_000, attTimeoutMs: Int = 30_000,
-                    experimental: Bool = false) {
-            self.address = address
-            self.name = name
-            self.powered = powered
-            self.temporaryTimeoutSec = temporaryTimeoutSec
-            self.disconnectDelayMs = disconnectDelayMs
-            self.connectTimeoutMs = connectTimeoutMs
-            self.pairingTimeoutMs = pairingTimeoutMs
-            self.attTimeoutMs = attTimeoutMs
-            self.experimental = experimental
-        }
-
-        enum CodingKeys: String, CodingKey, CaseIterable {
-            case address, name, powered, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs, pairingTimeoutMs, attTimeoutMs
-            case experimental
-        }
-
-        public init(from decoder: any Decoder) throws {
-            try decoder.rejectUnknownKeys(CodingKeys.self)
-            let c = try decoder.container(keyedBy: CodingKeys.self)
-            let d = Adapter()
-            address = try c.decode(.address, default: d.address)
-            name = try c.decode(.name, default: d.name)
-            powered = try c.decode(.powered, default: d.powered)
-            temporaryTimeoutSec = try c.decodeInt(.temporaryTimeoutSec, default: d.temporaryTimeoutSec, in: 0...86_400)!
-            disconnectDelayMs = try c.decodeInt(.disconnectDelayMs, default: d.disconnectDelayMs, in: 0...60_000)!
-            connectTimeoutMs = try c.decodeInt(.connectTimeoutMs, default: d.connectTimeoutMs, in: 1...600_000)!
-            pairingTimeoutMs = try c.decodeInt(.pairingTimeoutMs, default: d.pairingTimeoutMs, in: 1...600_000)!
-            attTimeoutMs = try c.decodeInt(.attTimeoutMs, default: d.attTimeoutMs, in: 1...600_000)!
-            experimental = try c.decode(.experimental, default: d.experimental)
-        }
-    }
-
     /// One peripheral: what it advertises, its GATT table and its faults.
     public struct Device: Codable, Sendable, Equatable {
         public var address: BluetoothAddress
@@ -189,7 +156,11 @@ extension SimulatorConfiguration {
         public var addressType: String
         /// The advertised local name; nil advertises none (BlueZ then shows the address as Alias).
         public var name: String?
+        /// The RSSI at every adapter, unless `rssiByAdapter` is given.
         public var rssi: Int
+        /// The RSSI at each adapter that hears the device, by adapter name ("hci1"); an adapter
+        /// not listed is out of its range. JSON: "rssi" as an object.
+        public var rssiByAdapter: [String: Int]?
         /// Each advertisement's RSSI is `rssi` ± up to this many dB.
         public var rssiJitter: Int
         public var txPower: Int?
@@ -222,7 +193,7 @@ extension SimulatorConfiguration {
         public var faults: Faults
 
         public init(address: BluetoothAddress, addressType: String = "public", name: String? = nil, rssi: Int = -60,
-                    rssiJitter: Int = 3, txPower: Int? = nil, connectable: Bool = true, advertisingIntervalMs: Int = 1000,
+                    rssiByAdapter: [String: Int]? = nil, rssiJitter: Int = 3, txPower: Int? = nil, connectable: Bool = true, advertisingIntervalMs: Int = 1000,
                     advertisingFlags: HexBytes = [0x06], uuids: [BluetoothUUID] = [],
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
                     advertisingCounter: Bool = false, addressRotationMs: Int? = nil, sensor: Sensor? = nil, mtu: Int = 247,
@@ -232,6 +203,7 @@ extension SimulatorConfiguration {
             self.addressType = addressType
             self.name = name
             self.rssi = rssi
+            self.rssiByAdapter = rssiByAdapter
             self.rssiJitter = rssiJitter
             self.txPower = txPower
             self.connectable = connectable
@@ -267,7 +239,16 @@ extension SimulatorConfiguration {
                 throw DecodingError.dataCorruptedError(forKey: .addressType, in: c, debugDescription: "expected \"public\" or \"random\"")
             }
             name = try c.decodeIfPresent(String.self, forKey: .name)
-            rssi = try c.decodeInt(.rssi, default: d.rssi, in: -127...20)!
+            if let byAdapter = try? c.decode([String: Int].self, forKey: .rssi) {
+                guard byAdapter.values.allSatisfy({ (-127...20).contains($0) }) else {
+                    throw DecodingError.dataCorruptedError(forKey: .rssi, in: c, debugDescription: "an RSSI is -127...20")
+                }
+                rssiByAdapter = byAdapter
+                rssi = byAdapter.values.max() ?? d.rssi
+            } else {
+                rssi = try c.decodeInt(.rssi, default: d.rssi, in: -127...20)!
+                rssiByAdapter = nil
+            }
             rssiJitter = try c.decodeInt(.rssiJitter, default: d.rssiJitter, in: 0...30)!
             txPower = try c.decodeInt(.txPower, default: nil, in: -127...20)
             connectable = try c.decode(.connectable, default: d.connectable)
@@ -301,12 +282,18 @@ extension SimulatorConfiguration {
             }
         }
 
+        /// The RSSI at adapter `id`; nil: that adapter does not hear the device.
+        public func rssi(at id: String) -> Int? {
+            guard let rssiByAdapter else { return rssi }
+            return rssiByAdapter[id]
+        }
+
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(address, forKey: .address)
             try c.encode(addressType, forKey: .addressType)
             try c.encodeIfPresent(name, forKey: .name)
-            try c.encode(rssi, forKey: .rssi)
+            if let rssiByAdapter { try c.encode(rssiByAdapter, forKey: .rssi) } else { try c.encode(rssi, forKey: .rssi) }
             try c.encode(rssiJitter, forKey: .rssiJitter)
             try c.encodeIfPresent(txPower, forKey: .txPower)
             try c.encode(connectable, forKey: .connectable)

@@ -33,7 +33,9 @@ struct UARTState: Sendable {
     }
 
     struct HeldWrite: Sendable {
-        /// The cached characteristic whose pending write this is, and that write's id.
+        /// The Device1 entry (the link) and its cached characteristic whose pending write this
+        /// is, and that write's id.
+        let device: Int
         let characteristic: Int
         let id: Int
         var remaining: ArraySlice<UInt8>

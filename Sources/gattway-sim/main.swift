@@ -6,12 +6,12 @@ import Simulator
 import Synchronization
 
 let usage = """
-    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--help]
+    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--help]
 
-    Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0, Device1,
-    GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1) on a
-    D-Bus bus, with simulated BLE peripherals. BlueZ clients such as bleak or gattway talk to
-    it as to bluetoothd.
+    Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0 (and more),
+    Device1, GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1)
+    on a D-Bus bus, with simulated BLE peripherals. BlueZ clients such as bleak or gattway talk
+    to it as to bluetoothd.
 
     Options:
       --bus ADDRESS   serve on this bus (e.g. unix:path=/run/dbus/system_bus_socket). Without
@@ -19,6 +19,9 @@ let usage = """
                       kernel if gattway-sim is (SIGKILL, a crash); the next start removes the
                       /tmp/gattway-bus-* directory such a stop leaves.
       --config FILE   peripherals from a JSON file instead of the built-in set.
+      --adapters N    N adapters, hci0 to hci<N-1> (1 to 16): those the configuration has, then
+                      copies of its first with addresses counted up; each hears every device
+                      whose "rssi" does not name adapters.
       --help          this text.
 
     Output: the first line of stdout is DBUS_SYSTEM_BUS_ADDRESS=<address>, printed once
@@ -65,10 +68,10 @@ let usage = """
       F0:00:00:00:00:11 "Sim HM-10"       FFE0/FFE1 read/write/write-without-response/notify
 
     Configuration file (JSON; only "address" and "uuid" are required, unknown keys are errors):
-      { "adapter": { "address": "00:1A:7D:DA:71:13", "name": "gattway-sim", "powered": true,
-                     "temporaryTimeoutSec": 30, "disconnectDelayMs": 100,
-                     "connectTimeoutMs": 20000, "pairingTimeoutMs": 30000, "attTimeoutMs": 30000,
-                     "experimental": false },
+      { "adapters": [ { "id": "hci0", "address": "00:1A:7D:DA:71:13", "name": "gattway-sim",
+                     "powered": true, "maxConnections": 7, "temporaryTimeoutSec": 30,
+                     "disconnectDelayMs": 100, "connectTimeoutMs": 20000, "pairingTimeoutMs": 30000,
+                     "attTimeoutMs": 30000, "experimental": false }, { "id": "hci1" } ],
         "devices": [ { "address": "F0:00:00:00:00:10", "name": "Thermo", "rssi": -60,
             "rssiJitter": 3, "txPower": 0, "connectable": true, "advertisingIntervalMs": 1000,
             "advertisingFlags": "06", "uuids": ["181A"], "manufacturerData": {"0xFFFF": "0102"},
@@ -84,6 +87,15 @@ let usage = """
                 "accept": ["01"], "rejectCode": "0x80",
                 "descriptors": [ { "uuid": "2901", "text": "Temperature", "flags": ["read"] } ] } ] } ],
             "faults": { ... } } ] }
+      adapters: "adapter": {...} is one adapter, hci0; in "adapters" each id (hci<n>) and address
+        defaults by position (00:1A:7D:DA:71:13 counted up). maxConnections (1 to 64): LE links
+        the controller holds; one more Connect fails at once with org.bluez.Error.Failed
+        "le-connection-concurrent-connection-limit". Each adapter has its own Device1 for a
+        device (/org/bluez/hciN/dev_...), with its own RSSI, link, bond and GATT objects.
+      rssi: a number (every adapter), or per adapter {"hci0": -50, "hci1": -80}: an adapter
+        not named is out of range (hears nothing, connects to nothing). A connected device
+        stops advertising: the other adapters no longer hear it, and their Connect finds
+        nobody (le-connection-abort-by-local after connectTimeoutMs).
       UUIDs: "180D", "0x180D", 32-bit or 128-bit. Values: "value" in hex or "text" in UTF-8.
       flags: BlueZ's strings (read, write, write-without-response, notify, indicate,
         encrypt-read, encrypt-authenticated-read, ..., reliable-write, authorize).
@@ -117,7 +129,8 @@ let usage = """
                           "message": "le-connection-abort-by-remote", "count": 2 },
         "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
         "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
-        "staleLink": true,
+        "staleLink": true (in the kernel of the adapter that holds the link, every adapter
+                           if none does; Connect there fails until that adapter powers off),
         "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
                        { "handle": 13, "operation": "any", "code": 3 } ] }
 
@@ -141,8 +154,16 @@ let usage = """
       ResetUARTStats(s address)
       Restart(u downMs)                  bluetoothd exits (org.bluez released, links and sessions
                                          gone, unpaired devices forgotten) and is back downMs later
-      SetPowered(b on)                   power the adapter off or on (links and discovery end)
-      EndDiscovery()                     discovery ends by itself, as after an adapter reset
+      SetPowered(b on)                   power hci0 off or on (its links and discovery end)
+      SetAdapterPowered(s adapter, b on) the same for any adapter, e.g. "hci1"
+      RemoveAdapter(s adapter)           the dongle is pulled: InterfacesRemoved of its GATT
+                                         objects, devices and the adapter (links lost, pending
+                                         calls fail, no property signals)
+      AddAdapter(s adapter)              plugged in again: InterfacesAdded of the adapter, powered
+                                         off, with its bonded devices only; Powered=true follows
+      SetRSSI(s address, s adapter, n rssi)  how loud the adapter hears the device (-127 to 20;
+                                         127: out of its range, a link there is lost)
+      EndDiscovery()                     discovery ends by itself on every adapter, as after a reset
       e.g. busctl --address=$DBUS_SYSTEM_BUS_ADDRESS call org.bluez /io/gattway/simulator \\
              io.gattway.Simulator1 DropLink s F0:00:00:00:00:01
 
@@ -171,6 +192,7 @@ enum FileHandleOutput {
 
 var busAddress: String?
 var configPath: String?
+var adapterCount: Int?
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -183,6 +205,11 @@ while let argument = arguments.popFirst() {
     case "--config":
         guard let value = arguments.popFirst() else { fatal("--config needs a file", code: 2) }
         configPath = value
+    case "--adapters":
+        guard let value = arguments.popFirst(), let n = Int(value), (1...16).contains(n) else {
+            fatal("--adapters needs a number from 1 to 16", code: 2)
+        }
+        adapterCount = n
     default:
         fatal("unknown argument \"\(argument)\" (see --help)", code: 2)
     }
@@ -190,7 +217,9 @@ while let argument = arguments.popFirst() {
 
 let configuration: SimulatorConfiguration
 do {
-    configuration = try configPath.map(SimulatorConfiguration.load(path:)) ?? .builtIn
+    let loaded = try configPath.map(SimulatorConfiguration.load(path:)) ?? .builtIn
+    configuration = adapterCount.map(loaded.withAdapters) ?? loaded
+    try configuration.validate()
 } catch {
     fatal("\(error)")
 }

@@ -44,6 +44,16 @@ struct ConfigurationTests {
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "services": [{"uuid": "180D", "generator": "x"}]}]}"#, "devices[0].services[0].generator: unknown key"),
         (#"{"devices": [}"#, "not valid JSON"),
         (#"{"adapter": {"powered": "yes"}}"#, "adapter.powered: expected true or false"),
+        (#"{"adapter": {}, "adapters": [{}]}"#, "adapter: give \"adapter\" or \"adapters\", not both"),
+        (#"{"adapters": []}"#, "adapters: give at least one adapter"),
+        (#"{"adapters": [{}, {"id": "hci0"}]}"#, "adapters[1].id: hci0 appears twice"),
+        (#"{"adapters": [{"id": "usb0"}]}"#, "adapters[0].id: \"usb0\" is not an adapter name like hci0"),
+        (#"{"adapters": [{}, {"address": "00:1A:7D:DA:71:13"}]}"#, "adapters[1].address: 00:1A:7D:DA:71:13 appears twice"),
+        (#"{"adapter": {"maxConnections": 0}}"#, "adapter.maxConnections: 0 is out of range 1...64"),
+        (#"{"adapters": [{}, {}], "devices": [{"address": "00:1A:7D:DA:71:14"}]}"#,
+         "devices[0].address: 00:1A:7D:DA:71:14 is an adapter's own address"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "rssi": {"hci1": -50}}]}"#, "devices[0].rssi: no adapter hci1 (adapters: hci0)"),
+        (#"{"devices": [{"address": "F0:00:00:00:00:01", "rssi": {"hci0": -150}}]}"#, "devices[0].rssi: an RSSI is -127...20"),
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"io": "Keyboard"}}]}"#, "devices[0].pairing.io"),
         (#"{"devices": [{"address": "F0:00:00:00:00:01", "pairing": {"passkey": 1000000}}]}"#,
          "devices[0].pairing.passkey: 1000000 is out of range 0...999999"),
@@ -61,9 +71,32 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("\"adapters\" lists several, numbered and addressed by position; a device's RSSI by adapter decides who hears it")
+    func severalAdapters() throws {
+        let configuration = try SimulatorConfiguration.decode(Data("""
+            { "adapters": [ { "maxConnections": 3 }, { "powered": false } ],
+              "devices": [ { "address": "F0:00:00:00:00:01", "rssi": { "hci1": -80 } }, { "address": "F0:00:00:00:00:02" } ] }
+            """.utf8))
+        #expect(configuration.adapters.map(\.id) == ["hci0", "hci1"])
+        #expect(configuration.adapters.map(\.address.description) == ["00:1A:7D:DA:71:13", "00:1A:7D:DA:71:14"])
+        #expect(configuration.adapters.map(\.maxConnections) == [3, 7])
+        #expect(configuration.adapters.map(\.powered) == [true, false])
+        #expect(configuration.devices[0].rssi(at: "hci0") == nil && configuration.devices[0].rssi(at: "hci1") == -80)
+        #expect(configuration.devices[1].rssi(at: "hci0") == -60 && configuration.devices[1].rssi(at: "hci1") == -60)
+        let json = try JSONEncoder().encode(configuration)
+        #expect(try SimulatorConfiguration.decode(json) == configuration)
+
+        let three = SimulatorConfiguration.builtIn.withAdapters(3)
+        try three.validate()
+        #expect(three.adapters.map(\.id) == ["hci0", "hci1", "hci2"])
+        #expect(three.adapters[2].address.description == "00:1A:7D:DA:71:15")
+        #expect(three.devices == SimulatorConfiguration.builtIn.devices)
+        #expect(SimulatorConfiguration.builtIn.adapters.count == 1)
+    }
+
     @Test func handlesFollowAGATTServerLayout() throws {
         let device = SimulatorConfiguration.builtIn.devices[0]
-        let table = AttributeTable(device, path: ObjectPath("/org/bluez/hci0/dev_F0_00_00_00_00_01")!)
+        let table = AttributeTable(device.services)
         // 1801 (2A05 + CCCD, 2B29, 2B2A, 2B3A), 180D (2A37 + CCCD, 2A38, 2A39), 180F (2A19 + CCCD), 180A (4).
         #expect(table.services.map(\.handle) == [0x0A, 0x14, 0x1C, 0x20])
         #expect(table.characteristics.map(\.handle) == [0x0B, 0x0E, 0x10, 0x12, 0x15, 0x18, 0x1A, 0x1D, 0x21, 0x23, 0x25, 0x27])
@@ -78,7 +111,7 @@ struct ConfigurationTests {
               "characteristics": [ { "uuid": "5678", "flags": ["encrypt-read", "indicate", "reliable-write"],
                                      "descriptors": [ { "uuid": "2901", "text": "x" } ] } ] } ] } ] }
             """.utf8))
-        let table = AttributeTable(configuration.devices[0], path: ObjectPath("/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF")!)
+        let table = AttributeTable(configuration.devices[0].services)
         #expect(table.services[0].handle == 0x20)
         #expect(table.characteristics[0].flags == ["read", "indicate", "extended-properties", "reliable-write"])
         #expect(table.characteristics[0].read.security == .encrypted)

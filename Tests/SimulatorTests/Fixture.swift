@@ -77,6 +77,14 @@ final class Sim: Sendable {
         try await call("/io/gattway/simulator", "io.gattway.Simulator1", member, body)
     }
 
+    /// Waits until the simulator has taken `count` calls of `member` on `path` (one waiting in
+    /// it has no other sign).
+    func called(_ member: String, _ path: String, count: Int = 1) async throws {
+        while try await control("CallCount", [.string(member), .string(path)]).first?.integer != count {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     func setFault(_ address: String, _ json: String) async throws {
         _ = try await control("SetFault", [.string(address), .string(json)])
     }
@@ -110,25 +118,26 @@ final class Sim: Sendable {
 
     // MARK: BlueZ steps
 
-    static func devicePath(_ address: String) -> String {
-        "/org/bluez/hci0/dev_" + address.replacingColons()
+    static func devicePath(_ address: String, on adapter: String = "hci0") -> String {
+        "/org/bluez/\(adapter)/dev_" + address.replacingColons()
     }
 
-    /// Discovery until the devices are exported, then stop.
-    func discover(_ addresses: [String] = [Sim.hr, Sim.serial, Sim.secure]) async throws {
+    /// Discovery on `adapter` until the devices are exported there, then stop.
+    func discover(_ addresses: [String] = [Sim.hr, Sim.serial, Sim.secure], on adapter: String = "hci0") async throws {
         let start = mark
-        try await call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        let adapterPath = "/org/bluez/" + adapter
+        try await call(adapterPath, Interface.adapter, "StartDiscovery")
         for address in addresses {
-            let path = Sim.devicePath(address)
+            let path = Sim.devicePath(address, on: adapter)
             if try await managedObjects()[ObjectPath(path)!] == nil {
                 try await signal(after: start) { $0.member == "InterfacesAdded" && $0.body.first?.objectPath?.rawValue == path }
             }
         }
-        try await call(Sim.adapter, Interface.adapter, "StopDiscovery")
+        try await call(adapterPath, Interface.adapter, "StopDiscovery")
     }
 
-    func connect(_ address: String, from connection: Connection? = nil) async throws {
-        try await call(Sim.devicePath(address), Interface.device, "Connect", from: connection)
+    func connect(_ address: String, on adapter: String = "hci0", from connection: Connection? = nil) async throws {
+        try await call(Sim.devicePath(address, on: adapter), Interface.device, "Connect", from: connection)
     }
 
     func managedObjects() async throws -> [ObjectPath: [String: [String: Value]]] {

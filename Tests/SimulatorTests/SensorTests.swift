@@ -122,7 +122,7 @@ import Testing
         let keys = SensorKeys(Dictionary(uniqueKeysWithValues: devices.compactMap { d in d.sensor!.bindKey.map { (d.address, $0.bytes) } }))
         #expect(keys.count == 2)
         for device in devices {
-            let state = DeviceState(config: device, adapterPath: ObjectPath("/org/bluez/hci0")!)
+            let state = Peripheral(config: device, adapters: [SimulatorConfiguration.Adapter()])
             let sensor = try #require(state.sensor)
             let reading = try #require(Self.decode(sensor, keys: keys), "\(device.address)")
             #expect(reading.format.rawValue == device.sensor!.format.rawValue)

@@ -15,7 +15,9 @@ watchdog kills the process if the event loop itself gets stuck, so the script
 never hangs.
 
 Device addresses and UUIDs are options because the simulator defines them.
-UUIDs may be given in 16-bit ("2A37"), 32-bit or 128-bit form.
+UUIDs may be given in 16-bit ("2A37"), 32-bit or 128-bit form. With --adapter
+hciN, bleak scans and connects through that adapter (its ``bluez`` argument),
+and the devices it finds must be that adapter's.
 """
 
 import argparse
@@ -92,17 +94,26 @@ async def run(args):
     ser_char = norm(args.serial_char)
     T = args.step_timeout
     V = args.verbose
+    # bleak's own arguments unless an adapter is named.
+    kw = {"bluez": {"adapter": args.adapter}} if args.adapter else {}
+
+    def check_adapter(dev):
+        path = dev.details.get("path", "") if isinstance(dev.details, dict) else ""
+        if args.adapter:
+            assert path.startswith(f"/org/bluez/{args.adapter}/"), f"{dev.address}: path {path!r} is not under {args.adapter}"
+        return path
 
     # ------------------------------------------------------------------ scan
     found = {}
 
     async def do_scan():
-        devs = await BleakScanner.discover(timeout=args.scan_time, return_adv=True)
+        devs = await BleakScanner.discover(timeout=args.scan_time, return_adv=True, **kw)
         for addr, (dev, adv) in devs.items():
             found[addr.upper()] = (dev, adv)
         missing = [a for a in (hr_addr, ser_addr) if a not in found]
         assert not missing, f"not discovered: {missing}; discovered: {sorted(found)}"
         dev, adv = found[hr_addr]
+        check_adapter(dev)
         assert dev.name, f"{hr_addr}: BLEDevice.name is empty (Alias missing or equal to address?)"
         uuids = [u.lower() for u in adv.service_uuids]
         assert hr_service in uuids, f"{hr_addr}: advertised UUIDs {uuids} lack {hr_service}"
@@ -115,10 +126,10 @@ async def run(args):
 
     async def do_find():
         nonlocal hr_dev
-        hr_dev = await BleakScanner.find_device_by_address(hr_addr, timeout=args.find_timeout)
+        hr_dev = await BleakScanner.find_device_by_address(hr_addr, timeout=args.find_timeout, **kw)
         assert hr_dev is not None, f"find_device_by_address({hr_addr}) returned None"
         assert hr_dev.address.upper() == hr_addr, f"wrong address {hr_dev.address}"
-        return f"path={hr_dev.details.get('path') if isinstance(hr_dev.details, dict) else '?'}"
+        return f"path={check_adapter(hr_dev) or '?'}"
 
     await step("find_device_by_address", do_find, args.find_timeout + T, V)
 
@@ -130,6 +141,7 @@ async def run(args):
         hr_dev if hr_dev is not None else hr_addr,
         disconnected_callback=lambda c: hr_disconnected.set(),
         timeout=args.connect_timeout,
+        **kw,
     )
 
     async def do_connect_hr():
@@ -201,7 +213,7 @@ async def run(args):
 
     # ----------------------------------------------------- serial device
     # Connect by address string: exercises bleak's internal scan+connect path.
-    ser_client = BleakClient(args.serial_address, timeout=args.connect_timeout)
+    ser_client = BleakClient(args.serial_address, timeout=args.connect_timeout, **kw)
 
     async def do_connect_ser():
         await ser_client.connect()
@@ -318,6 +330,7 @@ def main():
     ap.add_argument("--no-wwr-readback", action="store_true",
                     help="do not require FFE1 to read back a write-without-response value")
     ap.add_argument("--total-timeout", type=float, default=180.0)
+    ap.add_argument("--adapter", help="scan and connect through this adapter (bleak's bluez={'adapter': ...})")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks + bleak debug logging")
     args = ap.parse_args()
 

@@ -1,0 +1,31 @@
+import BLE
+import DBus
+
+/// One local controller as bluetoothd serves it (`/org/bluez/hciN`, Adapter1): its settings,
+/// and discovery, which bluetoothd runs per adapter and per D-Bus client.
+struct AdapterState: Sendable {
+    let config: SimulatorConfiguration.Adapter
+    let path: ObjectPath
+    /// Plugged in: the kernel has the controller and bluetoothd serves it (`RemoveAdapter` unplugs it).
+    var present = true
+    var powered: Bool
+    var alias: String?
+    var discoverable = false
+    var discoverableTimeout: UInt32 = 180
+    var pairable = true
+    var pairableTimeout: UInt32 = 0
+    var discovering = false
+    /// Discovery sessions and pre-set filters, by D-Bus sender.
+    var discoveryClients: [String: DiscoveryClient] = [:]
+    /// Devices reported during the current discovery (their RSSI is invalidated when it stops).
+    var discoveryFound: Set<Int> = []
+
+    init(_ config: SimulatorConfiguration.Adapter) {
+        self.config = config
+        path = ObjectPath(trusted: "/org/bluez/" + config.id)
+        powered = config.powered
+    }
+
+    /// Serving, and the controller on: it can scan and connect.
+    var usable: Bool { present && powered }
+}
