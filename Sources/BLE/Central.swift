@@ -8,7 +8,7 @@ public struct ManagerStatus: Sendable, Equatable {
     public var adapter: String?
     /// Why the state is not poweredOn, in words a user can act on.
     public var reason: String?
-    /// How many adapters in use are usable (powered), when BlueZ was read.
+    /// How many adapters in use are usable (powered): told with several in use, or none usable.
     public var usableAdapters: Int?
 
     public init(state: ManagerState, adapter: String? = nil, reason: String? = nil, usableAdapters: Int? = nil) {
@@ -224,7 +224,7 @@ extension Central {
     public var peripheralsVersion: UInt64? { nil }
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
         if let adapter, let own = await status().adapter, adapter != own {
-            throw BLEError(.invalidParameters, "adapter \(adapter) is not one gattway can use now; usable: \(own)")
+            throw BLEError(.invalidParameters, "adapter \(adapter) is not one gattway can use now (absent, powered off or not selected); usable: \(own)")
         }
         return try await connect(id, timeout: timeout, autoReconnect: autoReconnect)
     }

@@ -316,7 +316,8 @@ final class BusLink: Sendable {
             let reason = names.count == 1 ? "adapter \(names[0]) is powered off" : "adapters \(names.joined(separator: ", ")) are powered off"
             return ManagerStatus(state: .poweredOff, adapter: String(first.lastElement), reason: reason, usableAdapters: 0)
         }
-        return ManagerStatus(state: .poweredOn, adapter: String(best.lastElement), usableAdapters: usable.count)
+        // How many are usable is told when there is a choice.
+        return ManagerStatus(state: .poweredOn, adapter: String(best.lastElement), usableAdapters: inUse.count > 1 ? usable.count : nil)
     }
 
     /// Every adapter BlueZ lists, those in use said so, with the links up on each.

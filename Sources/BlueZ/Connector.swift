@@ -154,7 +154,7 @@ final class Connector: Sendable {
         if let named {
             guard let adapter = usable.first(where: { $0.lastElement == named }) else {
                 let names = usable.map { String($0.lastElement) }
-                throw BLEError(.invalidParameters, "adapter \(named) is not one gattway can use now; usable: "
+                throw BLEError(.invalidParameters, "adapter \(named) is not one gattway can use now (absent, powered off or not selected); usable: "
                                + (names.isEmpty ? "none" : names.joined(separator: ", ")))
             }
             guard let path = adapter.child(BlueZ.pathElement(id)), tree.properties(at: path, BlueZ.deviceInterface) != nil else {

@@ -258,9 +258,9 @@ final class DeviceList: Sendable {
         let linked = all.first { $0.1["Connected"]?.bool == true }
         let primary = linked ?? (all.count > 1 ? all.max { strength($0) < strength($1) } ?? first : first)
         guard var info = info(primary.0, primary.1, lastSeen: lastSeen, transition: transition) else { return nil }
-        // With one adapter in use, which one hears and holds what goes without saying.
-        guard index.adapterPaths().count > 1 else { return info }
         if linked != nil { info.adapter = primary.0.parent.map { String($0.lastElement) } }
+        // With one adapter in use, which one hears the device goes without saying.
+        guard index.adapterPaths().count > 1 else { return info }
         info.adapters = all.map { path, props in
             let name = String(path.parent?.lastElement ?? "")
             return AdapterSighting(adapter: name, rssi: heard[name]?.rssi ?? DeviceProperties.rssi(props), lastSeen: heard[name]?.at,

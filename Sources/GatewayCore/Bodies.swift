@@ -17,7 +17,7 @@ package struct ManagerStateBody: Encodable {
         code = status.state.rawValue
         adapter = status.adapter
         reason = status.reason
-        usableAdapters = status.usableAdapters.flatMap { $0 == 1 ? nil : $0 }
+        usableAdapters = status.usableAdapters
     }
 }
 
@@ -89,7 +89,7 @@ package struct DeviceBody: Encodable {
     package var stale: Bool?
     /// What its advertisement says, decoded, when a decoder knows its format (answers to requests only, not events).
     package var sensor: SensorReading?
-    /// With several adapters in use: the one that holds its link, and those that hear it.
+    /// While connected, the adapter that holds its link; with several adapters in use, those that hear it.
     package var adapter: String?
     package var adapters: [AdapterSightingBody]?
 

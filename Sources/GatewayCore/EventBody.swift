@@ -83,7 +83,7 @@ package struct EventBody: Encodable {
             code = status.state.rawValue
             adapter = status.adapter
             reason = status.reason
-            usableAdapters = status.usableAdapters.flatMap { $0 == 1 ? nil : $0 }
+            usableAdapters = status.usableAdapters
         case .adapter(let info, let change):
             adapter = info.id
             state = change.rawValue

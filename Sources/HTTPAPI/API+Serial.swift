@@ -39,7 +39,8 @@ extension API {
 
     private func serialPort(_ request: Request) throws(BLEError) -> SerialPort {
         let text = request.pathParameters["port"] ?? ""
-        guard let number = UInt16(text) else {
+        // JSON Schema's integers include 707.0; so does this path.
+        guard let number = UInt16(text) ?? Double(text).flatMap({ UInt16(exactly: $0) }) else {
             throw BLEError(.invalidParameters, "a serial port is a number from 0 to 65535, not \"\(text)\"")
         }
         guard let port = serial.port(number) else {

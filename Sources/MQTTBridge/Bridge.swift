@@ -18,7 +18,8 @@ import Threading
 ///   at once when the device is new to the bridge or its connection state changes, else at most
 ///   every `presenceInterval`: an RSSI that changes at every packet (a scan that allows
 ///   duplicates) is no reason to publish more often;
-/// - `state`, `connection` events → `events/<type>`; state also → `state` (retained, `GET /v1/state`);
+/// - `state`, `connection`, `adapter`, `pairing`, `servicesChanged` events → `events/<type>`; state
+///   also → `state` (retained, `GET /v1/state`), each adapter → `adapters/<name>` (retained);
 /// - notifications of characteristics subscribed over MQTT → `notifications/<address>/<handle>`.
 ///
 /// What is retained is also kept here (bounded, `retainedLimit` topics, the oldest forgotten

@@ -10,7 +10,7 @@ import BLE
 ///     sensors/<address>                 GET /v1/sensors/{id}, with `gateway` (retained, on change; cleared when forgotten)
 ///     devices/<address>                 GET /v1/devices/{id} (retained; on connection changes, else at most
 ///                                       every 30 s; cleared when forgotten)
-///     events/<type>                     stream events: state, connection
+///     events/<type>                     stream events: state, connection, adapter, pairing, servicesChanged
 ///     notifications/<address>/<handle>  notifications of characteristics subscribed over MQTT
 ///     values/<address>/<service>/<char> values of the characteristics of --mqtt-expose (retained)
 ///     command                           commands in; answers on the MQTT 5 response topic, the

@@ -1,12 +1,13 @@
 // gattway-sim: a BlueZ 5.66 stand-in on D-Bus, with virtual peripherals and fault injection.
 import DBus
 import Dispatch
+import FoundationEssentials
 import Glibc
 import Simulator
 import Synchronization
 
 let usage = """
-    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--help]
+    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--print-config] [--help]
 
     Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0 (and more),
     Device1, GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1)
@@ -22,6 +23,8 @@ let usage = """
       --adapters N    N adapters, hci0 to hci<N-1> (1 to 16): those the configuration has, then
                       copies of its first with addresses counted up; each hears every device
                       whose "rssi" does not name adapters.
+      --print-config  print the configuration (the built-in one, or FILE's with its defaults
+                      filled in) as JSON and exit: a starting point for a file of your own.
       --help          this text.
 
     Output: the first line of stdout is DBUS_SYSTEM_BUS_ADDRESS=<address>, printed once
@@ -193,6 +196,7 @@ enum FileHandleOutput {
 var busAddress: String?
 var configPath: String?
 var adapterCount: Int?
+var printConfig = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -210,6 +214,8 @@ while let argument = arguments.popFirst() {
             fatal("--adapters needs a number from 1 to 16", code: 2)
         }
         adapterCount = n
+    case "--print-config":
+        printConfig = true
     default:
         fatal("unknown argument \"\(argument)\" (see --help)", code: 2)
     }
@@ -222,6 +228,16 @@ do {
     try configuration.validate()
 } catch {
     fatal("\(error)")
+}
+if printConfig {
+    do {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        emit(String(decoding: try encoder.encode(configuration), as: UTF8.self))
+        exit(0)
+    } catch {
+        fatal("cannot encode the configuration: \(error)")
+    }
 }
 
 let privateBus: PrivateBus?

@@ -403,7 +403,8 @@ struct OpenedWebSocketTests {
         }
         let sent = (0..<30).map { "m\($0)" }
         #expect(echoed == sent)
-        #expect(log.all == sent)
+        // The client's socket closed when its thread ended: the close may be logged already.
+        #expect(log.all.filter { !$0.hasPrefix("closed") } == sent)
     }
 
     /// The client's close comes while the handler is still busy with its messages: `onClose`

@@ -161,7 +161,7 @@ final class RecordingBroker: MessageBroker {
         let down = Bridge(gateway: Gateway(central: central, version: "test"), broker: broker,
                           topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), log: { _ in })
         down.start()
-        #expect(await eventually { down.retainedCount == 1 })  // the state, kept
+        #expect(await eventually { down.retainedCount == 2 })  // the state and the adapter, kept
         #expect(broker.on("gattway/gw/state").isEmpty)  // not handed to a client that would queue it
         down.brokerConnected()
         #expect(broker.on("gattway/gw/state").count == 1)

@@ -70,8 +70,10 @@ import Testing
         #expect(try await sim.managedObjects()[ObjectPath(Sim.devicePath(Self.west, on: "hci1"))!] == nil)
 
         // It comes nearer hci1; `near` goes out of hci0's range.
+        // The mark before the call: the first advertisement heard may come before its reply.
+        let moved = sim.mark
         _ = try await sim.control("SetRSSI", [.string(Self.west), .string("hci1"), .int16(-70)])
-        let westOn1 = try await sim.signal(after: sim.mark) { $0.adds(Sim.devicePath(Self.west, on: "hci1")) }
+        let westOn1 = try await sim.signal(after: moved) { $0.adds(Sim.devicePath(Self.west, on: "hci1")) }
         #expect(Connection.interfaces(westOn1.body[1])[Interface.device]?["RSSI"] == .int16(-70))
         _ = try await sim.control("SetRSSI", [.string(Self.near), .string("hci0"), .int16(127)])
         let gone = sim.mark
