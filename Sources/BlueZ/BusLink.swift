@@ -344,7 +344,10 @@ final class BusLink: Sendable {
     private let limits = Mutex<[ObjectPath: Int]>([:])
 
     /// An adapter refused a link for want of a slot with `links` up: its limit, from now on.
-    func learnLimit(_ adapter: ObjectPath, links: Int) { limits.withLock { $0[adapter] = links } }
+    /// Whether that is news.
+    func learnLimit(_ adapter: ObjectPath, links: Int) -> Bool {
+        limits.withLock { $0.updateValue(links, forKey: adapter) != links }
+    }
 
     /// Whether the adapter has a free link slot, as far as its refusals tell.
     func hasFreeSlot(_ adapter: ObjectPath) -> Bool {

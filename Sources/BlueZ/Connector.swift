@@ -136,7 +136,10 @@ final class Connector: Sendable {
                 if let adapter = path.parent { strikes.withLock { _ = $0.removeValue(forKey: Strike(device: id, adapter: adapter)) } }
                 return info
             } catch where error.code == .cb(.connectionLimitReached) {
-                if let adapter = path.parent { link.learnLimit(adapter, links: link.connections(on: adapter)) }
+                if let adapter = path.parent, link.learnLimit(adapter, links: link.connections(on: adapter)),
+                   let props = link.tree.properties(at: adapter, BlueZ.adapterInterface) {
+                    events(.adapter(link.adapterInfo(adapter, props), change: .changed))
+                }
                 if candidates.count > 1 { log("\(id): \(path.parent?.lastElement ?? "") has no free link slot; trying the next adapter that hears it") }
                 refused = error
             } catch {

@@ -5,7 +5,8 @@ import Synchronization
 import Threading
 
 /// The API clients' connections to devices: a slot for each device a client connects (at most
-/// `limit` in all, as an ESPHome proxy has), the notifications each slot holds, and the requests
+/// `limit` in all, as an ESPHome proxy has, and no more than the adapters in use offer: see
+/// `slots(configured:adapters:)`), the notifications each slot holds, and the requests
 /// of one client for one device run one after the other, in the order sent (a write without
 /// response, then a disconnect, then a connect must reach the device in that order).
 ///
@@ -32,6 +33,8 @@ final class Connections: Sendable {
 
     private struct State {
         var slots: [Key: Slot] = [:]
+        /// The slots the adapters offer now, `limit` at most.
+        var offered: Int
         /// Clients that subscribed to the free slots.
         var watchers: [UInt64: APIClient] = [:]
     }
@@ -46,9 +49,10 @@ final class Connections: Sendable {
         case linkLost(BLEError?)
     }
 
+    /// `--esphome-connections`.
     let limit: Int
     private let bluetooth: GatewayBluetooth
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     private let lanes = Lanes<Key>(maxWaiting: 64)
     private let log: @Sendable (String) -> Void
 
@@ -62,6 +66,28 @@ final class Connections: Sendable {
         self.limit = limit
         self.bluetooth = bluetooth
         self.log = log
+        state = Mutex(State(offered: limit))
+    }
+
+    /// The slots a proxy with `configured` slots offers on these adapters: each usable one
+    /// (selected and powered) its link limit, once learnt (BlueZ tells none before a refusal),
+    /// else `configured`; `configured` at most. No usable adapter: none.
+    static func slots(configured: Int, adapters: [AdapterInfo]) -> Int {
+        min(configured, adapters.filter { $0.selected && $0.powered }.reduce(0) { $0 + ($1.connectionLimit ?? configured) })
+    }
+
+    /// The adapters changed (one added, removed, powered, a limit learnt): subscribers hear the
+    /// slots it makes, when they changed.
+    func adaptersChanged(_ adapters: [AdapterInfo]) {
+        let offered = Self.slots(configured: limit, adapters: adapters)
+        let changed = state.withLock { s in
+            defer { s.offered = offered }
+            return s.offered != offered
+        }
+        if changed {
+            log("connection slots: \(offered) (adapters: \(adapters.filter { $0.selected && $0.powered }.map(\.id).joined(separator: ", ")))")
+            broadcastFree()
+        }
     }
 
     // MARK: Requests (on the server's thread: decided at once, done in the key's lane)
@@ -90,7 +116,7 @@ final class Connections: Sendable {
         enum Decision { case answerConnected(Int), ignore, full, start }
         let decision = state.withLock { s -> Decision in
             if let slot = s.slots[key] { return slot.connected ? .answerConnected(slot.mtu) : .ignore }
-            guard s.slots.count < limit else { return .full }
+            guard s.slots.count < s.offered else { return .full }
             s.slots[key] = Slot(client: client)
             return .start
         }
@@ -101,7 +127,7 @@ final class Connections: Sendable {
             break  // a connection attempt runs already: its answer comes (as ESPHome does)
         case .full:
             // As ESPHome answers when no slot is free: not connected, no error code.
-            log("\(client.peer): \(key.device): no connection slot free (\(limit) in use)")
+            log("\(client.peer): \(key.device): no connection slot free (\(used) in use)")
             client.send(BluetoothDeviceConnectionResponse(address: address, connected: false))
         case .start:
             broadcastFree()
@@ -336,8 +362,8 @@ final class Connections: Sendable {
     }
 
     private func freeMessage() -> BluetoothConnectionsFreeResponse {
-        let allocated = state.withLock { $0.slots.keys.map { RawAdvertisement.address($0.device) } }
-        return BluetoothConnectionsFreeResponse(free: UInt32(max(0, limit - allocated.count)), limit: UInt32(limit),
+        let (allocated, offered) = state.withLock { s in (s.slots.keys.map { RawAdvertisement.address($0.device) }, s.offered) }
+        return BluetoothConnectionsFreeResponse(free: UInt32(max(0, offered - allocated.count)), limit: UInt32(offered),
                                                 allocated: allocated.sorted())
     }
 

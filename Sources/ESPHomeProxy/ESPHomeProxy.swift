@@ -85,15 +85,17 @@ final class Door: APIHandler {
         let scanner = ProxyScanner(bluetooth: bluetooth, log: log)
         self.connections = connections
         self.scanner = scanner
-        follower = bluetooth.follow([.notification, .connection, .state]) { event in
+        follower = bluetooth.follow([.notification, .connection, .state, .adapter]) { event in
             switch event.event {
             // Notifications only: a read's value comes as its answer (ESPHome tells them apart).
             case .central(.value(let update)) where !event.readResult: connections.notified(update)
             case .central(.connection(let id, .disconnected, let error)): connections.linkDown(id, error: error)
             case .central(.state): scanner.refresh()
+            case .central(.adapter): Task { await connections.adaptersChanged(bluetooth.adapters()) }
             default: break
             }
         }
+        Task { await connections.adaptersChanged(bluetooth.adapters()) }
     }
 
     func stop() {

@@ -10,10 +10,12 @@ struct GatewayBluetooth: Sendable {
 
     /// The address of the adapter gattway uses, nil while there is none.
     func adapterAddress() async -> MACAddress? {
-        guard let adapters = try? await gateway.central.adapters(),
-              let address = adapters.first(where: \.selected)?.address else { return nil }
+        guard let address = await adapters().first(where: \.selected)?.address else { return nil }
         return MACAddress(bytes: address.bytes)
     }
+
+    /// The adapters BlueZ has (none while it is away).
+    func adapters() async -> [AdapterInfo] { (try? await gateway.central.adapters()) ?? [] }
 
     // MARK: Advertisements: the watch's (and the scan's), every one as it comes
 

@@ -83,7 +83,7 @@ extension Options {
         },
         .value("--esphome-connections", "N", environment: "GATTWAY_ESPHOME_CONNECTIONS", """
             devices the API's clients may have connected at once (default 3, as an ESPHome proxy; 1 to \
-            16): the free slots Home Assistant sees
+            16): the free slots Home Assistant sees; fewer when the adapters in use take fewer links
             """) { options, text, source throws(UsageError) in
             options.esphomeConnections = try Parse.number(text, source, (1...16).contains,
                                                           "takes a number of connection slots from 1 to 16, not \"\(text)\"")

@@ -18,12 +18,12 @@ from test_reconnect import SSE, connection, notification
 HR, SERIAL, SECURE = "F0:00:00:00:00:01", "F0:00:00:00:00:02", "F0:00:00:00:00:03"
 
 
-def configuration(hci0_limit=7):
+def configuration(hci0_limit=7, hci1_limit=7):
     """The built-in configuration on two adapters, with the RSSIs above."""
     sim = os.path.join(os.environ["GATTWAY_BIN_DIR"], "gattway-sim")
     config = json.loads(subprocess.run([sim, "--print-config"], capture_output=True, text=True, check=True).stdout)
     hci0 = dict(config.pop("adapter"), id="hci0", maxConnections=hci0_limit)
-    hci1 = dict(hci0, id="hci1", address="00:1A:7D:DA:71:14", maxConnections=7)
+    hci1 = dict(hci0, id="hci1", address="00:1A:7D:DA:71:14", maxConnections=hci1_limit)
     config["adapters"] = [hci0, hci1]
     for device in config["devices"]:
         if device["address"] == HR:
@@ -155,3 +155,39 @@ def test_an_adapter_plugged_in_is_used(two):
     assert heard_by(listed(two, SERIAL)) == {"hci1": -50}
     assert wait_for(lambda: two.get("/v1/state")[1].get("usableAdapters") == 2, 5), two.get("/v1/state")[1]
     adapters.close()
+
+
+def test_the_esphome_proxy_offers_the_slots_of_the_adapters_in_use():
+    """--esphome-connections 3 on two adapters that take one link each: the proxy offers 3 until
+    the adapters' limits are learnt (a refusal teaches it), then their sum, 2; an adapter pulled
+    out takes its slot with it."""
+    from test_esphome_bluetooth import FreeSlots, Link, client_of, run
+    from esphome_client import address_int
+
+    path = configuration(hci0_limit=1, hci1_limit=1)
+    gw = Gateway(["--simulate", path, "--esphome-api", "127.0.0.1:0", "--esphome-connections", "3"])
+    gw.key = None
+    try:
+        assert wait_for(lambda: all(gw.get(f"/v1/devices/{a}")[0] == 200 for a in (HR, SERIAL, SECURE)), 10)
+
+        async def scenario():
+            api = await client_of(gw)
+            free = FreeSlots(api)
+            await free.until((3, 3, []))
+            assert (await Link(api, HR).connect())[0] is True
+            assert listed(gw, HR)["adapter"] == "hci0", "the nearer adapter"
+            # hci0 is full: it refuses, and the link goes to hci1; hci0's limit is learnt.
+            assert (await Link(api, SECURE).connect())[0] is True
+            assert listed(gw, SECURE)["adapter"] == "hci1"
+            # Only hci1 hears the serial module, and it is full too: refused; both limits are known.
+            assert (await Link(api, SERIAL).connect())[0] is False
+            await free.until((0, 2, sorted([address_int(HR), address_int(SECURE)])))
+            # hci1 pulled out: its link is lost and its slot goes with it.
+            gw.simulator("RemoveAdapter", "string:hci1")
+            await free.until((0, 1, [address_int(HR)]))
+            await api.disconnect()
+
+        run(scenario())
+    finally:
+        gw.stop()
+        os.remove(path)
