@@ -80,9 +80,11 @@ final class AdvertisementReports: Sendable {
         default:
             break
         }
+        // An advertisement another adapter hears better is listed, not told again.
+        var echo = false
         if advertised {
             hearing.heard(address)
-            devices.sighted(address, on: adapter.lastElement, rssi: snapshot.rssi, at: now)
+            echo = !devices.sighted(address, on: adapter.lastElement, rssi: snapshot.rssi, at: now)
         }
         let (scan, watch) = discovery.wanted()
         guard scan != nil || watch != nil else { return }
@@ -106,13 +108,13 @@ final class AdvertisementReports: Sendable {
             let known = devices.seenByScan(address)
             if known || options.matches(name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
                 devices.seen(address, snapshot, at: now)
-                report = !known || options.allowDuplicates ? .discovered : dataChanged ? .dataChanged : nil
+                report = !known ? .discovered : echo ? nil : options.allowDuplicates ? .discovered : dataChanged ? .dataChanged : nil
             }
         }
         switch report {
         case .discovered: events(.advertisement(snapshot))
         case .dataChanged: events(.advertisementChanged(snapshot))
-        case nil: if watched { events(.advertisementChanged(snapshot)) }
+        case nil: if watched && !echo { events(.advertisementChanged(snapshot)) }
         }
     }
 

@@ -127,10 +127,27 @@ final class DeviceList: Sendable {
         return new
     }
 
-    /// An adapter heard `address` advertise.
-    func sighted(_ address: BluetoothAddress, on adapter: Substring, rssi: Int?, at now: Date) {
-        heardBy.withLock { $0[address, default: [:]][String(adapter)] = Heard(rssi: rssi, at: now) }
+    /// An adapter heard `address` advertise. Whether its reports are the device's voice: two
+    /// adapters hear each packet twice, and clients are to hear it once, as one radio hears it.
+    /// The voice is the adapter that hears the device best (the strongest RSSI among those that
+    /// heard it within `Self.voice`; the first name when equal), so that a stream's RSSI is
+    /// steady and a device out of one adapter's reach is heard through the other.
+    func sighted(_ address: BluetoothAddress, on adapter: Substring, rssi: Int?, at now: Date) -> Bool {
+        let name = String(adapter)
+        return heardBy.withLock { h in
+            h[address, default: [:]][name] = Heard(rssi: rssi, at: now)
+            guard let all = h[address], all.count > 1 else { return true }
+            let mine = rssi ?? -127
+            return !all.contains { other, heard in
+                guard other != name, now.timeIntervalSince(heard.at) < Self.voice else { return false }
+                let theirs = heard.rssi ?? -127
+                return theirs > mine || (theirs == mine && other < name)
+            }
+        }
     }
+
+    /// How long an adapter that hears a device better speaks for it after its last report.
+    static let voice: TimeInterval = 2
 
     /// The RSSI each adapter heard the device with lately (adapter name → RSSI; -127 when it
     /// reported none).

@@ -191,3 +191,60 @@ def test_the_esphome_proxy_offers_the_slots_of_the_adapters_in_use():
     finally:
         gw.stop()
         os.remove(path)
+
+
+BTHOME = "F0:00:00:00:00:06"
+
+
+@pytest.fixture
+def both_hear_bthome():
+    """Two adapters that both hear the BTHome sensor, hci1 better."""
+    path = configuration()
+    config = json.load(open(path))
+    for device in config["devices"]:
+        if device["address"] == BTHOME:
+            device.update(rssi={"hci0": -70, "hci1": -50}, rssiJitter=0)
+    json.dump(config, open(path, "w"))
+    gw = Gateway(["--simulate", path])
+    yield gw
+    gw.stop()
+    os.remove(path)
+
+
+def test_a_packet_two_adapters_hear_is_told_once_through_the_one_that_hears_it_best(both_hear_bthome):
+    gw = both_hear_bthome
+    stream = SSE(gw, f"types=advertisement&device={BTHOME}")
+    status, body, _ = gw.post("/v1/scan", {"allowDuplicates": True})
+    assert status == 200, body
+    # Both adapters hear it (the list says so), and from hci1's first report on, only hci1 speaks.
+    assert wait_for(lambda: heard_by(listed(gw, BTHOME) or {}) == {"hci0": -70, "hci1": -50}, 10), listed(gw, BTHOME)
+    first = stream.wait(lambda e: e["peripheral"]["rssi"] == -50, 10)
+    assert first, stream.events
+    start = stream.events.index(first)
+    assert wait_for(lambda: len(stream.events) >= start + 6, 10), stream.events[start:]
+    told = stream.events[start:]
+    assert [e["peripheral"]["rssi"] for e in told] == [-50] * len(told), "hci0's copy of a packet was told too"
+    stream.close()
+
+
+def test_a_sensor_packet_two_adapters_hear_counts_once(both_hear_bthome):
+    import asyncio
+    import websockets
+    from test_streams import subscribe
+
+    gw = both_hear_bthome
+    assert gw.post("/v1/scan", {})[0] == 200
+    assert wait_for(lambda: heard_by(listed(gw, BTHOME) or {}) == {"hci0": -70, "hci1": -50}, 10), listed(gw, BTHOME)
+
+    async def packets():
+        async with websockets.connect(gw.base.replace("http", "ws") + "/v1/ws") as ws:
+            await subscribe(ws, "1", types=["sensor"], device=BTHOME, everyPacket=True)
+            ids = []
+            while len(ids) < 5:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                if msg.get("type") == "sensor":
+                    ids.append(msg["sensor"]["packetId"])
+            return ids
+
+    ids = asyncio.run(packets())
+    assert len(set(ids)) == len(ids), f"a packet counted twice: {ids}"
