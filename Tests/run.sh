@@ -6,12 +6,14 @@
 #      to a file and heading that exist;
 #   1. swift test: unit tests (UUIDs, marshalling, error table, JSON, WebSocket framing), D-Bus
 #      tests on a private dbus-daemon, the simulator's D-Bus behaviour, the HTTP server on loopback;
-#   2. the same scenario against real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez),
-#      pairing through the API (passkey entry), reads after writes, pyserial through the serial
-#      ports, aioesphomeapi through the ESPHome proxy; then, on the same VM, a device kept
-#      connected with two holds through 10 bluetoothd restarts and 20 outages of 2 to 30 s that
-#      swallow its first reconnect attempt (alone: the VM boots best on a quiet machine);
-#   then three jobs side by side, each with its own log, printed when all have ended:
+#   2. real BlueZ (Debian's bluetoothd in a QEMU VM, ../shared/realbluez, with three controllers:
+#      hci0 and hci2 ours, hci1 the peripheral), booted alone (it boots best on a quiet machine);
+#   then four jobs side by side, each with its own log, printed when all have ended:
+#      on the VM, the same scenario as on the simulator, pairing through the API (passkey entry),
+#      reads after writes, pyserial through the serial ports, aioesphomeapi through the ESPHome
+#      proxy, the linked one of two adapters powered off five times (the link and two holds move
+#      to the other), then a device kept connected with two holds through 10 bluetoothd restarts
+#      and 20 outages of 2 to 30 s that swallow its first reconnect attempt;
 #   3. end-to-end tests against a real `gattway --simulate`: REST, SSE, WebSocket (also with the
 #      `websockets` library and a headless chromium; the dashboard in chromium through Playwright),
 #      MQTT with a real mosquitto, over HTTP as a client would (pytest), each answer and each
@@ -25,7 +27,7 @@
 #      container, as root.
 #   Last, no dbus-daemon, gattway or gattway-sim that the run started may still run: each
 #   inherits GATTWAY_TEST_RUN, and any found is listed and fails the run.
-# Steps 2 and 5 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
+# The real-BlueZ tests and step 5 need those labs. Under CI (CI=true) a missing lab fails the run; elsewhere it is
 # reported as not run. A real-BlueZ VM that does not boot in six tries (the lab's emulated
 # controller times out now and then) is reported NOT RUN, in the last line too; a test that
 # fails on a booted VM fails the run. Needs the packages of Tests/install-deps.sh.
@@ -59,7 +61,16 @@ step "docs: every relative link and #anchor of README.md and docs/ leads somewhe
 python3 Tests/docs/check-links.py
 python3 Tests/docs/check-links.py --self-test  # the check catches the deliberate broken links of a fixture
 
-step "build"
+# The test tools install while gattway builds (the network, then the CPU).
+step "python test tools (in the background) and the build"
+tools_log=.build/python-tools.log
+mkdir -p .build
+(
+    if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
+    .build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
+        openapi-core==0.23.1 schemathesis==4.32.5 jsonschema-rs jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
+        aioesphomeapi==46.23.0 bleak-esphome==4.1.0 habluetooth==7.2.1 pyserial==3.5
+) > "$tools_log" 2>&1 & tools=$!
 swift build --build-tests
 bin="$(swift build --show-bin-path)"
 
@@ -85,10 +96,7 @@ fi
 grep -qE 'Test run with [0-9]+ tests? .*passed' .build/swift-test.log || { tail -80 .build/swift-test.log; exit 1; }
 
 step "python test tools"
-if [ ! -x .build/venv/bin/python ]; then python3 -m venv .build/venv; fi
-.build/venv/bin/pip install -q --disable-pip-version-check pytest bleak websockets pyyaml \
-    openapi-core==0.23.1 schemathesis==4.32.5 jsonschema-rs jinja2 playwright==1.65.2 paho-mqtt==2.2.0 \
-    aioesphomeapi==46.23.0 bleak-esphome==4.1.0 habluetooth==7.2.1 pyserial==3.5
+wait "$tools" || { cat "$tools_log"; echo "FAILED: installing the python test tools" >&2; exit 1; }
 py=.build/venv/bin/python
 
 lab_missing() {
@@ -117,7 +125,7 @@ boot_realbluez() {
             local cmd="$RB_STATE_DIR/exec/gattway-btvirt-$$-$timeouts"
             printf '%s\n' 'export PATH=/usr/sbin:/usr/bin:/sbin:/bin' \
                 'kill "$(cat /run/btvirt.pid)"; sleep 0.5' \
-                'setsid btvirt -L -l2 </dev/null >/run/realbluez/btvirt-again.log 2>&1 & echo $! > /run/btvirt.pid' \
+                "setsid btvirt $RB_BTVIRT_ARGS </dev/null >/run/realbluez/btvirt-again.log 2>&1 & echo \$! > /run/btvirt.pid" \
                 > "$cmd.tmp" && mv "$cmd.tmp" "$cmd.cmd"
         fi
         if [ -n "$last" ] && [ $((SECONDS - last)) -ge 150 ]; then
@@ -130,54 +138,66 @@ boot_realbluez() {
     wait "$lab"
 }
 
-step "the same scenario, then reconnection, against real BlueZ (QEMU VM)"
-# First, alone: the VM boots best on a quiet machine (the suites below run side by side).
+step "real BlueZ: the VM boots (QEMU, three controllers), alone"
+# Alone: the VM boots best on a quiet machine; its tests then run side by side with the others.
+# Three controllers: hci0 and hci2 ours (two adapters, test_adapters_realbluez.py), hci1 the
+# peripheral; the other tests use hci0 only (targets.py: --adapter hci0).
+export RB_BTVIRT_ARGS="${RB_BTVIRT_ARGS:--L -l3}" RB_NUM_ADAPTERS="${RB_NUM_ADAPTERS:-3}"
+realbluez=none  # none: no lab here; booted; failed: the VM did not boot
 if [ -x "$shared/realbluez/start" ]; then
     trap '"$shared/realbluez/stop" >/dev/null 2>&1 || true' EXIT
     export RB_STATE_DIR="${RB_STATE_DIR:-/tmp/realbluez}"
-    booted=false tries=0
+    realbluez=failed tries=0
     for smp in ${RB_SMP:-1 2 1 2 1 2}; do
         tries=$((tries + 1))
-        if boot_realbluez "$smp"; then booted=true; break; fi
+        if boot_realbluez "$smp"; then realbluez=booted; break; fi
         echo "the VM did not boot with $smp vCPU(s)"
         "$shared/realbluez/stop" >/dev/null 2>&1 || true
     done
-    if $booted; then
-        # The scenario, then on the same VM the reliability tests (10 bluetoothd restarts in a
-        # row, then the device out of range for 2, 5, 10 and 30 s, five times each, with two
-        # holds), which print how long each recovery took (about 25 s a restart, the outage and
-        # 3 s for an outage; 9 to 10 minutes in all). All of it within 20 minutes.
-        log=.build/realbluez-pytest.log rc=0
-        GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
-            $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py Tests/e2e/test_read_your_writes_realbluez.py \
-            Tests/e2e/test_serial_realbluez.py \
-            Tests/e2e/test_esphome_realbluez.py \
-            Tests/e2e/test_reliability_realbluez.py \
-            > "$log" 2>&1 || rc=$?
-        grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|passed|failed|Error|^events validated|^WebSocket replies validated|^types seen' "$log" || true
-        if [ "$rc" -ne 0 ]; then
-            tail -60 "$log"
-            # The guest's kernel has failed there before (list_del corruption in hci_chan_del):
-            # a failure it explains says so.
-            grep -m3 -E 'kernel BUG|Oops|corruption' "$RB_STATE_DIR/console.log" >&2 2>/dev/null && echo "(the VM's kernel, above)" >&2
-            echo "FAILED on real BlueZ (pytest exit $rc$([ "$rc" -eq 124 ] && echo ': timed out')); the whole output" \
-                 "is in $log, gattway's log of the reliability tests in .build/realbluez-reliability-gattway.log," \
-                 "the VM's in $RB_STATE_DIR/*.log" >&2
-            exit 1
-        fi
-    else
+    if [ "$realbluez" = failed ]; then
         # The lab's own failure (its VM never reached READY), not gattway's: said loudly, in the
-        # last line too. A scenario that fails on a booted VM fails the run.
+        # last line too. A test that fails on a booted VM fails the run.
         not_run+=("real BlueZ: the lab VM did not boot in $tries tries (btvirt HCI reset timeouts)")
         echo "NOT RUN: ${not_run[-1]}" >&2
     fi
-    "$shared/realbluez/stop" >/dev/null 2>&1 || true
-    trap - EXIT
 else
     lab_missing "../shared/realbluez"
 fi
 
-# The rest in three jobs side by side (two cores; the end-to-end tests mostly wait on events):
+suite_realbluez() {
+    step "against real BlueZ (the VM): the scenario, pairing, reads after writes, serial, ESPHome, two adapters, reconnection"
+    if [ "$realbluez" != booted ]; then echo "not run: $realbluez"; return 0; fi
+    # The scenario, then on the same VM the two adapters (the linked one powered off 5 times) and
+    # the reliability tests (10 bluetoothd restarts in a row, then the device out of range for 2,
+    # 5, 10 and 30 s, five times each, with two holds), which print how long each recovery took
+    # (about 25 s a restart, the outage and 3 s for an outage; 10 to 11 minutes in all). All of
+    # it within 20 minutes.
+    local log=.build/realbluez-pytest.log rc=0
+    GATTWAY_TARGET=realbluez RB_ENV="$RB_STATE_DIR/env" GATTWAY_BIN_DIR="$bin" timeout 1200 \
+        $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py \
+        Tests/e2e/test_read_your_writes_realbluez.py Tests/e2e/test_serial_realbluez.py \
+        Tests/e2e/test_esphome_realbluez.py Tests/e2e/test_adapters_realbluez.py \
+        Tests/e2e/test_reliability_realbluez.py \
+        > "$log" 2>&1 || rc=$?
+    grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error|^events validated|^WebSocket replies validated|^types seen' "$log" || true
+    if [ "$rc" -ne 0 ]; then
+        tail -60 "$log"
+        # The guest's kernel has failed there before (list_del corruption in hci_chan_del):
+        # a failure it explains says so.
+        grep -m3 -E 'kernel BUG|Oops|corruption' "$RB_STATE_DIR/console.log" >&2 2>/dev/null && echo "(the VM's kernel, above)" >&2
+        echo "FAILED on real BlueZ (pytest exit $rc$([ "$rc" -eq 124 ] && echo ': timed out')); the whole output" \
+             "is in $log, gattway's log of the reliability tests in .build/realbluez-reliability-gattway.log," \
+             "the VM's in $RB_STATE_DIR/*.log" >&2
+        return 1
+    fi
+    # Two adapters are part of what must pass: a VM without hci2 skips them, which fails here.
+    if grep -q 'test_adapters_realbluez.py.* SKIPPED' "$log"; then
+        echo "FAILED: the two-adapter test was skipped (the VM has no hci2?)" >&2
+        return 1
+    fi
+}
+
+# Four jobs side by side (two cores; the end-to-end and real-BlueZ tests mostly wait on events):
 # each writes its own log, printed whole when all have ended; any failure fails the run.
 suite_e2e() {
     step "end-to-end against gattway --simulate"
@@ -208,9 +228,9 @@ suite_containers() {
     if [ -x "$shared/dockerlab/start" ]; then bash Tests/docker/first-run.sh
     else lab_missing "../shared/dockerlab"; fi
 }
-step "side by side: end-to-end | fuzzing, schemathesis, bleak | the containers"
+step "side by side: real BlueZ | end-to-end | fuzzing, schemathesis, bleak | the containers"
 jobs_failed=() pids=()
-names=(e2e fuzz-contract-bleak containers)
+names=(realbluez e2e fuzz-contract-bleak containers)
 for name in "${names[@]}"; do
     ( trap 'echo "== [$name] ended: exit $?, +$(( $(date +%s) - started ))s"' EXIT; "suite_${name//-/_}" ) \
         > ".build/ci-$name.log" 2>&1 &
@@ -222,6 +242,11 @@ for i in "${!names[@]}"; do
     cat ".build/ci-${names[$i]}.log"
     [ "$rc" -eq 0 ] || jobs_failed+=("${names[$i]} (exit $rc)")
 done
+
+if [ "$realbluez" != none ]; then
+    "$shared/realbluez/stop" >/dev/null 2>&1 || true
+    trap - EXIT
+fi
 
 step "no process of this run left running"
 # A process still stopping gets 5 s.
