@@ -61,6 +61,8 @@ extension Connector {
     /// which the policy schedules.
     func retryLater(_ id: BluetoothAddress, after error: BLEError, delay: Double? = nil) async {
         await list.listen(id)
+        // No longer kept meanwhile (a disconnect): its listening ends here too.
+        guard reconnectStatus(id) != nil else { return await list.stopListening(id) }
         scheduleAttempt(id, after: error, delay: delay)
     }
 

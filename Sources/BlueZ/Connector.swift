@@ -107,7 +107,8 @@ final class Connector: Sendable {
                 if keep { stopKeeping(id) }
                 throw error
             }
-            await retryLater(id, after: error)
+            // The client is answered now; the listening (a discovery call) follows.
+            Task { await self.retryLater(id, after: error) }
             var told = error
             told.message += "; gattway keeps trying (autoReconnect)"
             throw told
