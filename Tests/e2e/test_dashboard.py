@@ -15,6 +15,7 @@ import pytest
 import contract
 import streamtap
 from conftest import ROOT, Gateway, wait_for
+from test_adapters import configuration
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (Tests/run.sh does)")
 
@@ -102,6 +103,10 @@ def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
 
         dash.open_connected(HR)
         expect(dash.device(HR).locator(".badge")).to_have_text("connected")
+        # One adapter looks as it always did: no adapters panel, no adapter on a link.
+        expect(page.locator("#state")).to_have_text("Bluetooth poweredOn (hci0)")
+        expect(page.locator("#adapters-panel")).to_be_hidden()
+        expect(page.locator("#device-adapter")).to_have_count(0)
         # The tree, named from the SIG's tables, with handles and properties.
         expect(page.locator('#gatt .service[data-uuid="180d"] summary')).to_contain_text("Heart Rate")
         hr = dash.characteristic("2a37")
@@ -161,6 +166,71 @@ def test_dashboard_scans_connects_reads_plots_writes_and_shows_errors(browser):
         if dash:
             dash.shot("last.png")
         gw.stop()
+
+
+def test_dashboard_shows_the_adapters_and_which_one_holds_each_link(browser):
+    """Two simulated adapters (test_adapters' configuration: the heart-rate monitor near hci0,
+    -45, and far from hci1, -75; the serial module heard by hci1 only): the panel lists both, live;
+    a device shows the RSSI each adapter hears; the connected heart-rate monitor shows hci0 holding
+    its link; hci1 powered off and on shows it; hci0 pulled out, it leaves the panel and the kept
+    link comes back via hci1; plugged in again, it is back."""
+    path = configuration()
+    gw = Gateway(["--simulate", path, "--auto-reconnect"])
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 1200, "height": 820})
+        page, expect = dash.page, playwright.expect
+        adapter = lambda name: page.locator(f'#adapters li[data-adapter="{name}"]')
+        expect(page.locator("#stream")).to_have_text("live")
+        expect(page.locator("#state")).to_have_text("Bluetooth poweredOn (2 adapters)")
+        expect(page.locator("#adapter-count")).to_have_text("2")
+        expect(adapter("hci0").locator(".meta")).to_have_text("00:1A:7D:DA:71:13 · links: 0")
+        expect(adapter("hci1").locator(".meta")).to_have_text("00:1A:7D:DA:71:14 · links: 0")
+        for name in ("hci0", "hci1"):
+            expect(adapter(name).locator(".name")).to_have_text(f"{name} gattway-sim")
+            expect(adapter(name).locator(".powered")).to_have_text("on")
+        page.locator("#scan-start").click()
+        # Discovering on both, from their `adapter` events.
+        for name in ("hci0", "hci1"):
+            expect(adapter(name).locator(".actions")).to_contain_text("discovering")
+        expect(dash.device(HR).locator(".meta")).to_contain_text("F0:00:00:00:00:01 · -45 dBm (hci0 -45, hci1 -75) · ")
+        expect(dash.device(SERIAL).locator(".meta")).to_contain_text("F0:00:00:00:00:02 · -50 dBm (hci1 -50) · ")
+
+        dash.open_connected(HR)
+        expect(dash.device(HR).locator(".link")).to_have_text("via hci0")
+        expect(page.locator("#device-adapter")).to_have_text("via hci0")
+        expect(page.locator("#device-info")).to_contain_text("RSSI -45 dBm (hci0 -45, hci1 -75)")
+        expect(adapter("hci0").locator(".meta")).to_have_text("00:1A:7D:DA:71:13 · links: 1")
+        expect(adapter("hci0").locator(".links")).to_have_text("Sim Heart Rate")
+        expect(adapter("hci1").locator(".links")).to_have_count(0)
+        dash.shot("adapters.png")
+
+        # hci1 powered off and on, live.
+        gw.simulator("SetAdapterPowered", "string:hci1", "boolean:false")
+        expect(adapter("hci1").locator(".powered")).to_have_text("off")
+        expect(page.locator("#state")).to_have_text("Bluetooth poweredOn (hci0)")
+        gw.simulator("SetAdapterPowered", "string:hci1", "boolean:true")
+        expect(adapter("hci1").locator(".powered")).to_have_text("on")
+        expect(page.locator("#state")).to_have_text("Bluetooth poweredOn (2 adapters)")
+
+        # The dongle pulled out: it leaves the panel; the kept link moves to hci1, shown live.
+        gw.simulator("RemoveAdapter", "string:hci0")
+        expect(adapter("hci0")).to_have_count(0)
+        expect(page.locator("#adapter-count")).to_have_text("1")
+        expect(page.locator("#state")).to_have_text("Bluetooth poweredOn (hci1)")
+        # Reconnecting waits 1-5 s, then for the device to be heard again: more than WAIT_MS at worst.
+        expect(page.locator("#device-adapter")).to_have_text("via hci1", timeout=30_000)
+        expect(dash.device(HR).locator(".link")).to_have_text("via hci1")
+        expect(adapter("hci1").locator(".meta")).to_have_text("00:1A:7D:DA:71:14 · links: 1")
+        expect(adapter("hci1").locator(".links")).to_have_text("Sim Heart Rate")
+        dash.shot("adapter-pulled.png")
+        # Plugged in again, it joins the strip, named.
+        gw.simulator("AddAdapter", "string:hci0")
+        expect(adapter("hci0").locator(".name")).to_have_text("hci0 gattway-sim")
+        expect(page.locator("#adapter-count")).to_have_text("2")
+        assert dash.problems == [], dash.problems
+    finally:
+        gw.stop()
+        os.remove(path)
 
 
 def test_dashboard_shows_the_watchs_sensors_with_no_scan_and_live(browser):

@@ -97,9 +97,15 @@ const views = new Map();        // characteristic handle → {element parts, plo
 
 function setBadge(el, text, cls) { el.textContent = text; el.className = "badge " + (cls || ""); }
 
+/** The header's badge from a ManagerState (GET /v1/state or a `state` event). */
+function showState(s) {
+  const which = s.usableAdapters > 1 ? ` (${s.usableAdapters} adapters)` : s.adapter ? ` (${s.adapter})` : "";
+  setBadge($("state"), `Bluetooth ${s.state}${which}`, s.state);
+}
+
 async function refreshState() {
   const s = await attempt("state", () => api("GET", "/v1/state"));
-  if (s) setBadge($("state"), `Bluetooth ${s.state}` + (s.adapter ? ` (${s.adapter})` : ""), s.state);
+  if (s) showState(s);
 }
 
 async function refreshScan() {
@@ -113,11 +119,80 @@ async function refreshDevices() {
   if (list instanceof APIError) return list.status !== 401;
   if (!list) return true;
   const seen = new Set();
-  for (const d of list.devices) { seen.add(d.id); devices.set(d.id, { ...devices.get(d.id), ...d }); }
+  for (const d of list.devices) { seen.add(d.id); mergeDevice(d); }
   for (const id of [...devices.keys()]) if (!seen.has(id)) devices.delete(id);
   renderDevices();
   return true;
 }
+
+// Fields a device object leaves out when they do not apply (any more): absent, the old ones go.
+const TRANSIENT = ["adapter", "adapters", "stale", "reconnect", "mtu", "maximumWriteValueLength"];
+
+/** Folds a device object (a REST answer, or an advertisement's peripheral) into `devices`. */
+function mergeDevice(d) {
+  const merged = { ...devices.get(d.id), ...d };
+  for (const k of TRANSIENT) if (!(k in d)) delete merged[k];
+  devices.set(d.id, merged);
+}
+
+/** Reads one device again (what events do not carry: the adapter holding its link). */
+async function refreshDevice(id) {
+  const d = await api("GET", devicePath(id)).catch(() => null);
+  if (d) { mergeDevice(d); renderDevices(); }
+}
+
+// ---- adapters: shown once more than one is in use (GET /v1/adapters, `adapter` events) ----
+
+const adapters = new Map();     // id → adapter JSON, those in use
+// Set once the page has seen several adapters in use, and kept: with one left after a dongle was
+// pulled, the panel still shows which holds the links. One adapter alone looks as it always did.
+let severalAdapters = false;
+
+async function refreshAdapters() {
+  const list = await api("GET", "/v1/adapters").catch(() => null);
+  if (!list) return;
+  adapters.clear();
+  for (const a of list.adapters) if (a.selected) adapters.set(a.id, a);
+  renderAdapters();
+}
+
+function adapterChanged(m) {
+  if (m.state === "removed") adapters.delete(m.adapter);
+  else {
+    const { address, powered, discovering, connections, connectionLimit } = m;
+    adapters.set(m.adapter, { ...adapters.get(m.adapter), id: m.adapter, address, powered, discovering, connections, connectionLimit });
+  }
+  // An adapter plugged in comes with no name: the list has it.
+  if (m.state === "added") refreshAdapters(); else renderAdapters();
+}
+
+function renderAdapters() {
+  if (adapters.size > 1) severalAdapters = true;
+  $("adapters-panel").hidden = !severalAdapters;
+  if (!severalAdapters) return;
+  const sorted = [...adapters.values()].sort((a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }));
+  const linked = (id) => [...devices.values()].filter((d) => d.state === "connected" && d.adapter === id).map((d) => d.name || d.id);
+  $("adapters").replaceChildren(...sorted.map((a) => {
+    const links = linked(a.id);
+    return h("li", { dataset: { adapter: a.id } },
+      h("span", { class: "name" }, a.id, a.name ? h("span", { class: "hint" }, " " + a.name) : null),
+      h("span", { class: "actions" },
+        h("span", { class: "badge powered " + (a.powered ? "poweredOn" : "poweredOff"), title: "powered" }, a.powered ? "on" : "off"),
+        a.discovering ? h("span", { class: "badge scanning" }, "discovering") : null),
+      h("span", { class: "meta mono" }, `${a.address || "?"} · links: ${a.connections ?? "?"}` + (a.connectionLimit !== undefined ? ` of ${a.connectionLimit}` : "")),
+      links.length ? h("span", { class: "links" }, links.join(", ")) : null);
+  }));
+  $("adapter-count").textContent = String(adapters.size);
+}
+
+/** With several adapters: each one that hears the device, with its RSSI (" (hci0 -45, hci1 -75)"). */
+function heardBy(d) {
+  if (!severalAdapters || !d.adapters) return "";
+  return ` (${d.adapters.map((a) => `${a.adapter}\u00a0${a.rssi ?? "?"}`).join(", ")})`;
+}
+
+/** With several adapters, the one that holds a connected device's link. */
+function linkAdapter(d) { return severalAdapters && d.state === "connected" && d.adapter ? d.adapter : null; }
 
 function ago(time) {
   if (!time) return "";
@@ -163,11 +238,13 @@ function renderDevices() {
       h("span", { class: "name" }, d.name || "(no name)"),
       h("span", { class: "actions" },
         h("span", { class: "badge " + d.state }, d.state),
+        linkAdapter(d) ? h("span", { class: "badge link", title: "the adapter that holds its link" }, "via " + d.adapter) : null,
         h("button", { type: "button", class: "quiet", onclick: () => openDevice(d.id), "aria-label": `open ${d.name || d.id}` }, "Open")),
-      h("span", { class: "meta mono" }, `${d.address} · ${d.rssi ?? "?"} dBm · ${ago(d.lastSeen)}`),
+      h("span", { class: "meta mono" }, `${d.address} · ${d.rssi ?? "?"} dBm${heardBy(d)} · ${ago(d.lastSeen)}`),
       d.sensor ? h("span", { class: "sensor" }, sensorText(d.sensor)) : null)));
   $("device-count").textContent = String(devices.size);
   if (selected) renderDeviceHead();
+  if (severalAdapters) renderAdapters();
 }
 
 // ---- scan ----
@@ -194,8 +271,12 @@ function scanBody(form) {
 
 function renderDeviceHead() {
   const d = devices.get(selected) || { id: selected, state: "disconnected" };
-  $("device-title").replaceChildren(d.name || d.id, " ", h("span", { class: "badge " + d.state, id: "device-state" }, d.state));
-  $("device-info").textContent = `${d.address || d.id} · ${d.addressType || ""} · RSSI ${d.rssi ?? "?"} dBm · last seen ${ago(d.lastSeen) || "?"}`;
+  const link = linkAdapter(d);
+  $("device-title").replaceChildren(d.name || d.id, " ", h("span", { class: "badge " + d.state, id: "device-state" }, d.state),
+    link ? h("span", { class: "badge link", id: "device-adapter", title: "the adapter that holds its link" }, "via " + link) : null);
+  const bonds = severalAdapters && d.adapters ? d.adapters.filter((a) => a.bonded).map((a) => a.adapter) : [];
+  $("device-info").textContent = `${d.address || d.id} · ${d.addressType || ""} · RSSI ${d.rssi ?? "?"} dBm${heardBy(d)} · last seen ${ago(d.lastSeen) || "?"}`
+    + (bonds.length ? ` · bonded on ${bonds.join(", ")}` : "");
   $("device-connect").disabled = d.state === "connected" || d.state === "connecting";
   $("device-disconnect").disabled = d.state !== "connected";
   $("device-pair").disabled = d.paired === true;
@@ -327,6 +408,7 @@ function closeDevice() {
 function setDeviceState(id, state) {
   const d = devices.get(id);
   if (d) d.state = state;
+  if (d && state !== "connected") delete d.adapter;
   renderDevices();
   if (id === selected && state === "connected" && !gattTree) loadGATT();
   if (id === selected && state === "disconnected") {
@@ -531,8 +613,9 @@ function connectStream() {
   ws.onopen = () => {
     wsRetry = 1000;
     setBadge($("stream"), "live", "ok");
-    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "advertisement", "connection", "sensor", "pairing", "servicesChanged"] }));
+    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "adapter", "advertisement", "connection", "sensor", "pairing", "servicesChanged"] }));
     while (outbox.length) ws.send(JSON.stringify(outbox.shift()));
+    refreshAdapters();
     refreshDevices();
     refreshSensors();
   };
@@ -558,14 +641,19 @@ function onStreamMessage(m) {
   }
   switch (m.type) {
     case "state":
-      setBadge($("state"), `Bluetooth ${m.state}` + (m.adapter ? ` (${m.adapter})` : ""), m.state);
+      showState(m);
+      break;
+    case "adapter":
+      adapterChanged(m);
       break;
     case "advertisement":
-      devices.set(m.device, { ...devices.get(m.device), ...m.peripheral });
+      mergeDevice(m.peripheral);
       renderDevices();
       break;
     case "connection":
       setDeviceState(m.device, m.state);
+      // The event does not say through which adapter: the device does.
+      if (m.state === "connected" && severalAdapters) refreshDevice(m.device);
       if (m.error) showError(new APIError(0, { error: m.error }), `${m.device} ${m.state}`);
       break;
     case "sensor": {
@@ -624,7 +712,7 @@ async function start() {
     setDeviceState(id, "connecting");
     attempt(`connect ${id}`, async () => {
       const d = await api("POST", devicePath(id) + "/connect", { timeout: 10 });
-      devices.set(id, { ...devices.get(id), ...d });
+      mergeDevice(d);
       setDeviceState(id, d.state);
     }).then(() => { if (devices.get(id)?.state === "connecting") refreshDevices(); });
   });
@@ -642,7 +730,7 @@ async function start() {
     const id = selected;
     attempt(`pair ${id}`, async () => {
       const d = await api("POST", devicePath(id) + "/pair", {});
-      devices.set(id, { ...devices.get(id), ...d });
+      mergeDevice(d);
       renderDeviceHead();
     });
   });
@@ -670,6 +758,7 @@ async function start() {
 
   names = await fetch("/ui/names.json").then((r) => r.json()).catch(() => names);
   await refreshState();
+  await refreshAdapters();
   await refreshScan();
   // Without a valid token the socket would only be refused: it opens once one is entered.
   if (await refreshDevices()) connectStream();
