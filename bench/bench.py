@@ -130,6 +130,15 @@ def rss_mb(pid):
     return None
 
 
+def clear_last_run(prefix):
+    """Makes OUT, and removes the last run's files there whose names start with `prefix`, so
+    that every such file is this run's."""
+    os.makedirs(OUT, exist_ok=True)
+    for name in os.listdir(OUT):
+        if name.startswith(prefix):
+            os.remove(os.path.join(OUT, name))
+
+
 def raise_nofile():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -387,10 +387,7 @@ def main():
     ap.add_argument("--addresses", type=int, help="distinct addresses in the churn phase (default 10 000)")
     a = ap.parse_args()
     window = a.window or (8 if a.quick else 30)
-    os.makedirs(OUT, exist_ok=True)
-    for name in os.listdir(OUT):
-        if name.startswith("esphome-"):
-            os.remove(os.path.join(OUT, name))
+    bench.clear_last_run("esphome-")
     phases = a.phases.split(",")
     res = {}
     if "stream" in phases:
