@@ -166,11 +166,11 @@ def services(body):
 
 def refresh_agrees(gw, events, device, body, want):
     """`POST …/gatt/refresh`: the table answered is the one `GET …/gatt` shows at once, the device
-    shows `want`, and a `servicesChanged` event tells it."""
+    shows `want` (or what `want()` says once the answer came), and a `servicesChanged` event tells it."""
     answer, mark = act(gw, events, "POST", f"/v1/devices/{device}/gatt/refresh", body)
     status, table, _ = gw.get(f"/v1/devices/{device}/gatt")
     assert status == 200 and services(table) == services(answer), (table, answer)
-    reads_agree(gw, device, want)
+    reads_agree(gw, device, want() if callable(want) else want)
     told(events, mark, lambda e: e.get("type") == "servicesChanged" and e.get("device") == device, "the new table")
 
 

@@ -80,5 +80,16 @@ def test_refresh_of_a_connected_device(gw, events):
 
 
 def test_refresh_that_drops_the_bond(gw, events):
+    """The bond goes with BlueZ's device object; the refresh connects again, and RB-Periph, which
+    keeps its side of the bond (a real peripheral may too), asks for security at once: BlueZ pairs
+    anew (Just Works) before the answer. So the reads must say what BlueZ says then, not what the
+    simulator's twin says (unpaired): BlueZ's Paired, read in the guest right after the answer."""
     pair(gw, events)
-    refresh_agrees(gw, events, DEVICE, {"dropBond": True}, {"paired": False, "bonded": False, "trusted": False})
+    path = f"/org/bluez/hci0/dev_{DEVICE.replace(':', '_')}"
+
+    def bluez_says():
+        paired = lab("guest-exec", f"busctl get-property org.bluez {path} org.bluez.Device1 Paired", timeout=30).split()
+        print(f"\n[realbluez] after gatt/refresh with dropBond: BlueZ's Paired is {paired[-1]}")
+        return {"paired": paired[-1] == "true", "trusted": False}
+
+    refresh_agrees(gw, events, DEVICE, {"dropBond": True}, bluez_says)
