@@ -13,7 +13,8 @@ import Threading
 /// - `DeviceList`: the devices listed, with their sightings, transitions and reconnections;
 /// - `Connector`: connect, disconnect, link loss, and each device's turn;
 /// - `GATTOperations`: reads, writes and notifications;
-/// - `PairingAgent`: gattway's BlueZ agent, `Pair`, and the agent's questions put to clients.
+/// - `PairingAgent`: gattway's BlueZ agent, `Pair`, and the agent's questions put to clients;
+/// - `BlueZPeripheral`: the peripheral role (`peripheral`) on the same bus link.
 ///
 /// Every change to the mirror reaches the parts in the order it was applied (index first).
 public final class BlueZCentral: Central {
@@ -25,6 +26,8 @@ public final class BlueZCentral: Central {
     private let connector: Connector
     private let gatt: GATTOperations
     private let agent: PairingAgent
+    /// The peripheral role on the same adapters and bus link (issue 34).
+    public let peripheral: BlueZPeripheral
     private let log: @Sendable (String) -> Void
     /// Devices connected through this side whose services were resolved: a later change of their
     /// GATT services is a Service Changed (or a refresh), told as `.servicesChanged`.
@@ -71,12 +74,19 @@ public final class BlueZCentral: Central {
         let agent = PairingAgent(link: link, events: events, capability: pairing.io, isDefault: pairing.defaultAgent,
                                  answerDeadline: pairing.answerDeadline, log: log)
         self.agent = agent
+        let peripheral = BlueZPeripheral(link: link, isOwnLink: { [devices] path in
+            BlueZ.address(pathElement: path.lastElement).map(devices.isConnecting) ?? false
+        }, log: log)
+        self.peripheral = peripheral
         link.methodCalls.set { call in
-            if !agent.handle(call) {
+            if !agent.handle(call) && !peripheral.handle(call) {
                 link.send(call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "gattway has no object here")))
             }
         }
-        link.loaded.set { _ in Task { await agent.register() } }
+        link.loaded.set { _ in
+            Task { await agent.register() }
+            Task { await peripheral.restoreAll() }
+        }
         connector.setReconnectedHandler { [weak self] id in
             self?.settle(id)
             Task { await gatt.resubscribe(id) }
@@ -98,6 +108,7 @@ public final class BlueZCentral: Central {
         gatt.observe(change)
         noteServiceChanges(change)
         noteAdapterChanges(change)
+        peripheral.observe(change)
         switch change {
         case .reloaded, .added, .removed:
             break

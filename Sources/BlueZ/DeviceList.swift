@@ -189,6 +189,9 @@ final class DeviceList: Sendable {
         listChanged()
     }
 
+    /// Whether this side is connecting the device now (a link it makes, not a remote central's).
+    func isConnecting(_ id: BluetoothAddress) -> Bool { moving.withLock { $0[id] == .connecting } }
+
     // MARK: - The list
 
     /// Changes with the list, and every second (staleness is a matter of time).

@@ -56,6 +56,8 @@ public enum ErrorMapping {
         rule(bluez + "Failed", "Connection timed out", in: .device, .connectionTimeout, "the peripheral did not answer the connection request"),
         rule(bluez + "Failed", "Not connected", .notConnected, "the peripheral is not connected"),
         rule(bluez + "NotConnected", nil, .notConnected, "the peripheral is not connected"),
+        rule(bluez + "NotPermitted", "Maximum advertisements reached", in: .adapter, .outOfSpace,
+             "the adapter sends as many advertisements at once as it can (its SupportedInstances)"),
         rule(bluez + "NotPermitted", "Read not permitted", att: .readNotPermitted, "the characteristic cannot be read"),
         rule(bluez + "NotPermitted", "Write not permitted", att: .writeNotPermitted, "the characteristic cannot be written"),
         rule(bluez + "NotPermitted", "Not paired", att: .insufficientAuthentication, "the attribute needs pairing"),
@@ -119,6 +121,30 @@ public enum ErrorMapping {
     private static func hex(_ v: UInt8) -> String {
         let s = String(v, radix: 16, uppercase: true)
         return s.count == 1 ? "0" + s : s
+    }
+}
+
+// MARK: - The other way: this side's answers to BlueZ
+
+extension ErrorMapping {
+    /// The error gattway's GATT application answers a central's request with, for the ATT error
+    /// the client chose. bluetoothd (5.66, `dbus_error_to_att_ecode` in src/gatt-database.c)
+    /// turns each name back into one ATT code; `NotPermitted` becomes read- or write-not-permitted
+    /// as the request was, and any other name (`Failed` included) an application error 0x80 or
+    /// unlikely error 0x0E: the codes without a name of their own cannot reach the central as they are.
+    public static let attReplies: [(ATTErrorCode, String)] = [
+        (.readNotPermitted, "NotPermitted"),
+        (.writeNotPermitted, "NotPermitted"),
+        (.insufficientAuthorization, "NotAuthorized"),
+        (.invalidOffset, "InvalidOffset"),
+        (.invalidAttributeValueLength, "InvalidValueLength"),
+        (.requestNotSupported, "NotSupported"),
+    ]
+
+    /// The D-Bus error reply for `code`.
+    public static func reply(for code: ATTErrorCode) -> BusError {
+        let name = attReplies.first { $0.0 == code }?.1 ?? "Failed"
+        return BusError(name: bluez + name, message: "ATT error 0x\(hex(code.rawValue)) (\(code.name))")
     }
 }
 

@@ -87,17 +87,19 @@ struct Timeout: Error, CustomStringConvertible {
     var description: String { "timed out waiting for \(what)" }
 }
 
-/// Every event the central reported, and tasks waiting for one that matches.
-final class EventLog: Sendable {
-    typealias Match = @Sendable (CentralEvent) -> Bool
+typealias EventLog = EventLogOf<CentralEvent>
+
+/// Every event the central (or the peripheral side) reported, and tasks waiting for one that matches.
+final class EventLogOf<Event: Sendable>: Sendable {
+    typealias Match = @Sendable (Event) -> Bool
     private struct Waiter {
         let match: Match
-        let continuation: CheckedContinuation<CentralEvent?, Never>
+        let continuation: CheckedContinuation<Event?, Never>
     }
-    private let state = Mutex<(events: [CentralEvent], next: Int, waiters: [Int: Waiter])>(([], 0, [:]))
+    private let state = Mutex<(events: [Event], next: Int, waiters: [Int: Waiter])>(([], 0, [:]))
 
-    func append(_ event: CentralEvent) {
-        let matched = state.withLock { s -> [CheckedContinuation<CentralEvent?, Never>] in
+    func append(_ event: Event) {
+        let matched = state.withLock { s -> [CheckedContinuation<Event?, Never>] in
             s.events.append(event)
             let hits = s.waiters.filter { $0.value.match(event) }
             for id in hits.keys { s.waiters[id] = nil }
@@ -106,16 +108,16 @@ final class EventLog: Sendable {
         for c in matched { c.resume(returning: event) }
     }
 
-    var all: [CentralEvent] { state.withLock { $0.events } }
+    var all: [Event] { state.withLock { $0.events } }
 
-    func count(_ match: (CentralEvent) -> Bool) -> Int { state.withLock { $0.events.filter(match).count } }
+    func count(_ match: (Event) -> Bool) -> Int { state.withLock { $0.events.filter(match).count } }
 
     /// The first event that matches, among those recorded from the `since`-th on (pass
     /// `recorded` to wait for a new one), or `Timeout` after `timeout`.
     func wait(since: Int = 0, timeout: Duration = .seconds(10), what: String = "an event",
-              _ match: @escaping Match) async throws -> CentralEvent {
-        let found = await withCheckedContinuation { (continuation: CheckedContinuation<CentralEvent?, Never>) in
-            let (earlier, id) = state.withLock { s -> (CentralEvent?, Int) in
+              _ match: @escaping Match) async throws -> Event {
+        let found = await withCheckedContinuation { (continuation: CheckedContinuation<Event?, Never>) in
+            let (earlier, id) = state.withLock { s -> (Event?, Int) in
                 if let hit = s.events.dropFirst(since).first(where: match) { return (hit, -1) }
                 s.next += 1
                 s.waiters[s.next] = Waiter(match: match, continuation: continuation)

@@ -1,0 +1,94 @@
+import BLE
+import DBus
+
+/// Advertisements: an `LEAdvertisement1` object each, registered with the adapter's
+/// `LEAdvertisingManager1` (doc/advertising-api.txt); `Release` from BlueZ ends one's sending.
+extension BlueZPeripheral {
+    public func advertisements() async -> [RegisteredAdvertisement] {
+        state.withLock { $0.advertisements.values.sorted { $0.id < $1.id } }
+    }
+
+    public func startAdvertising(_ advertisement: AdvertisementDefinition) async throws(BLEError) -> RegisteredAdvertisement {
+        let adapter = try adapterName(advertisement.adapter)
+        let id = state.withLock { s in
+            defer { s.nextAdvertisement += 1 }
+            s.advertisements[s.nextAdvertisement] = RegisteredAdvertisement(id: s.nextAdvertisement, adapter: adapter, definition: advertisement)
+            return s.nextAdvertisement
+        }
+        adverts.add(LEAdvertisement.path(id), [LEAdvertisement.interface: LEAdvertisement.properties(advertisement)])
+        do throws(BLEError) {
+            try await inTurn(adapter) { () async throws(BLEError) in try await self.registerAdvertisement(id, adapter) }
+        } catch {
+            state.withLock { _ = $0.advertisements.removeValue(forKey: id) }
+            adverts.remove(under: LEAdvertisement.path(id))
+            throw error
+        }
+        log("peripheral: advertising on \(adapter) (id \(id))")
+        return state.withLock { $0.advertisements[id] } ?? RegisteredAdvertisement(id: id, adapter: adapter, definition: advertisement)
+    }
+
+    public func stopAdvertising(_ id: Int) async throws(BLEError) {
+        guard let advertisement = state.withLock({ $0.advertisements.removeValue(forKey: id) }) else {
+            throw BLEError(.invalidParameters, "no advertisement \(id)")
+        }
+        if advertisement.registered, let adapterPath = BlueZ.root.child(advertisement.adapter) {
+            do throws(BusError) {
+                _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapterPath, interface: LEAdvertisement.managerInterface,
+                                                    member: "UnregisterAdvertisement", [.objectPath(LEAdvertisement.path(id))]),
+                                        timeout: BusLink.callDeadline)
+            } catch {
+                // Gone already (bluetoothd or the adapter went away): nothing is sent.
+                log("peripheral: unregistering advertisement \(id): \(error)")
+            }
+        }
+        adverts.remove(under: LEAdvertisement.path(id))
+        var stopped = advertisement
+        stopped.registered = false
+        events(.advertisement(stopped))
+    }
+
+    /// Registers an advertisement (again); `outOfSpace` when the adapter sends as many as it can.
+    func registerAdvertisement(_ id: Int, _ adapter: String) async throws(BLEError) {
+        guard let adapterPath = BlueZ.root.child(adapter) else { return }
+        do throws(BusError) {
+            _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapterPath, interface: LEAdvertisement.managerInterface,
+                                                member: "RegisterAdvertisement",
+                                                [.objectPath(LEAdvertisement.path(id)), .emptyDictionary(key: "s", value: "v")]),
+                                    timeout: BusLink.callDeadline)
+        } catch where error.name == "org.bluez.Error.AlreadyExists" {
+            // BlueZ kept it (an adapter power cycle): it is sent.
+        } catch {
+            throw advertisingError(error, adapter)
+        }
+        setRegistered(advertisement: id, true)
+    }
+
+    func advertisingError(_ error: BusError, _ adapter: String) -> BLEError {
+        let mapped = ErrorMapping.map(error, context: .adapter)
+        guard mapped.code == .cb(.outOfSpace) else { return mapped }
+        let room = BlueZ.root.child(adapter).flatMap { LEAdvertisement.instances(link.tree.properties(at: $0, LEAdvertisement.managerInterface)) }
+        let limit = room.map { "its SupportedInstances: \($0.supported)" } ?? "its SupportedInstances"
+        return BLEError(.outOfSpace, "adapter \(adapter) sends as many advertisements at once as it can (\(limit)); stop one first",
+                        detail: error.description)
+    }
+
+    func setRegistered(advertisement id: Int, _ registered: Bool) {
+        let changed = state.withLock { s -> RegisteredAdvertisement? in
+            guard let a = s.advertisements[id], a.registered != registered else { return nil }
+            s.advertisements[id]?.registered = registered
+            return s.advertisements[id]
+        }
+        if let changed { events(.advertisement(changed)) }
+    }
+
+    /// BlueZ's calls on an advertisement object: `Release` (it no longer sends it).
+    func handleAdvertisementCall(_ call: Message) {
+        guard call.sender != nil, call.sender == link.tree.owner, call.member == "Release",
+              let id = call.path.flatMap(LEAdvertisement.id) else {
+            return adverts.answer(call, call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no such method")))
+        }
+        adverts.answer(call, call.reply())
+        log("peripheral: BlueZ released advertisement \(id)")
+        setRegistered(advertisement: id, false)
+    }
+}
