@@ -69,7 +69,9 @@ public final class BlueZPeripheral: PeripheralManager {
 
     public func status() async -> PeripheralStatus {
         var instances: [String: PeripheralStatus.Instances] = [:]
-        for path in link.index.adapterPaths() {
+        // The adapters in use, and any other this side serves on.
+        let serving = state.withLock { s in s.services.values.map(\.adapter) + s.advertisements.values.map(\.adapter) }
+        for path in Set(link.index.adapterPaths() + serving.compactMap { BlueZ.root.child($0) }) {
             if let room = LEAdvertisement.instances(link.tree.properties(at: path, LEAdvertisement.managerInterface)) {
                 instances[String(path.lastElement)] = room
             }

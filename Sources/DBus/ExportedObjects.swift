@@ -38,15 +38,30 @@ public final class ExportedObjects: Sendable {
 
     // MARK: - The objects
 
-    /// Adds an object, or replaces its interfaces.
-    public func add(_ path: ObjectPath, _ interfaces: Interfaces) {
+    /// Adds an object, or replaces its interfaces. With `announce`, `InterfacesAdded` from the
+    /// root tells the peers watching it (those that do not read the objects again themselves).
+    public func add(_ path: ObjectPath, _ interfaces: Interfaces, announce: Bool = false) {
         precondition(path.isDescendant(of: root), "\(path) is not under \(root)")
         objects.withLock { $0[path] = interfaces }
+        if announce {
+            send(.signal(path: root, interface: Connection.objectManagerInterface, member: "InterfacesAdded",
+                         [.objectPath(path), Self.interfaces(interfaces)]))
+        }
     }
 
-    /// Removes the object at `path` and every object below it.
-    public func remove(under path: ObjectPath) {
-        objects.withLock { $0 = $0.filter { !$0.key.isDescendant(of: path) } }
+    /// Removes the object at `path` and every object below it; with `announce`,
+    /// `InterfacesRemoved` for each.
+    public func remove(under path: ObjectPath, announce: Bool = false) {
+        let removed = objects.withLock { o -> [ObjectPath: Interfaces] in
+            let gone = o.filter { $0.key.isDescendant(of: path) }
+            for key in gone.keys { o[key] = nil }
+            return gone
+        }
+        guard announce else { return }
+        for (gone, interfaces) in removed.sorted(by: { $0.key > $1.key }) {
+            send(.signal(path: root, interface: Connection.objectManagerInterface, member: "InterfacesRemoved",
+                         [.objectPath(gone), .strings(interfaces.keys.sorted())]))
+        }
     }
 
     public func properties(_ path: ObjectPath, _ interface: String) -> [String: Value]? {
@@ -141,11 +156,15 @@ public final class ExportedObjects: Sendable {
 
     /// `a{oa{sa{sv}}}`, sorted so that answers compare.
     static func managedObjects(_ objects: [ObjectPath: Interfaces]) -> Value {
-        .dictionary(key: Signature(trusted: "o"), value: Signature(trusted: "a{sa{sv}}"), objects.sorted { $0.key < $1.key }.map { path, interfaces in
-            .init(.objectPath(path), .dictionary(key: Signature(trusted: "s"), value: Signature(trusted: "a{sv}"),
-                                                 interfaces.sorted { $0.key < $1.key }.map {
-                                                     .init(.string($0.key), .stringVariantDictionary($0.value.sorted { $0.key < $1.key }))
-                                                 }))
+        .dictionary(key: Signature(trusted: "o"), value: Signature(trusted: "a{sa{sv}}"), objects.sorted { $0.key < $1.key }.map {
+            .init(.objectPath($0.key), interfaces($0.value))
+        })
+    }
+
+    /// `a{sa{sv}}`
+    static func interfaces(_ interfaces: Interfaces) -> Value {
+        .dictionary(key: Signature(trusted: "s"), value: Signature(trusted: "a{sv}"), interfaces.sorted { $0.key < $1.key }.map {
+            .init(.string($0.key), .stringVariantDictionary($0.value.sorted { $0.key < $1.key }))
         })
     }
 

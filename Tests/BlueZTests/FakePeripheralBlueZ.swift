@@ -66,6 +66,9 @@ final class FakePeripheralBlueZ: Sendable {
             objects.answer(call, call.reply())
         case ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement"):
             let room = objects.properties(Self.adapter, "org.bluez.LEAdvertisingManager1")?["SupportedInstances"]?.integer ?? 0
+            if let target, seen.withLock({ $0.advertisements[target] != nil }) {
+                return objects.answer(call, call.errorReply(BusError(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")))
+            }
             guard let target, seen.withLock({ $0.advertisements.count }) < room else {
                 return objects.answer(call, call.errorReply(BusError(name: "org.bluez.Error.NotPermitted", message: "Maximum advertisements reached")))
             }
@@ -92,6 +95,21 @@ final class FakePeripheralBlueZ: Sendable {
         var entries: [(String, Value)] = [("device", .objectPath(adapter.child(device)!)), ("offset", .uint16(offset)), ("mtu", .uint16(185))]
         if let type { entries.append(("type", .string(type))) }
         return .stringVariantDictionary(entries)
+    }
+
+    /// The adapter powers off or on (BlueZ keeps the applications and advertisements registered).
+    func setPowered(_ on: Bool) {
+        objects.update(Self.adapter, "org.bluez.Adapter1", ["Powered": .bool(on)])
+    }
+
+    /// A remote central connects to hci0 (BlueZ lists it as a device there) or disconnects.
+    func central(_ address: String, connected: Bool) {
+        let path = Self.adapter.child(BlueZ.pathElement(BluetoothAddress(address)!))!
+        if objects.properties(path, "org.bluez.Device1") == nil {
+            objects.add(path, ["org.bluez.Device1": ["Address": .string(address), "AddressType": .string("public"),
+                                                     "Connected": .bool(false), "Adapter": .objectPath(Self.adapter)]], announce: true)
+        }
+        objects.update(path, "org.bluez.Device1", ["Connected": .bool(connected)])
     }
 
     /// bluetoothd exits: the name goes, and with it everything registered.

@@ -244,6 +244,42 @@ private let charPath = ObjectPath(trusted: "/io/gattway/app/hci0/service1/char0"
         _ = try await rig.events.wait(what: "released") { if case .advertisement(let a) = $0 { a.id == beacon.id && !a.registered } else { false } }
     }
 
+    @Test func afterTheAdapterPowersOnAgainEverythingIsRegisteredAgain() async throws {
+        let rig = try await PeripheralRig()
+        let service = try await rig.peripheral.add(demo)
+        let advertisement = try await rig.peripheral.startAdvertising(AdvertisementDefinition(localName: "again"))
+        let since = rig.events.recorded
+        rig.fake.setPowered(false)
+        _ = try await rig.events.wait(since: since, what: "the service unserved") { if case .service(let s) = $0 { !s.registered } else { false } }
+        _ = try await rig.events.wait(since: since, what: "the advertisement unsent") { if case .advertisement(let a) = $0 { !a.registered } else { false } }
+        #expect(await rig.peripheral.services().map(\.registered) == [false])
+        let off = rig.events.recorded
+        rig.fake.setPowered(true)
+        _ = try await rig.events.wait(since: off, what: "the service served again") {
+            if case .service(let s) = $0 { s.registered && s.id == service.id } else { false }
+        }
+        _ = try await rig.events.wait(since: off, what: "the advertisement sent again") {
+            if case .advertisement(let a) = $0 { a.registered && a.id == advertisement.id } else { false }
+        }
+        #expect(rig.fake.seen.withLock { $0.registrations } == 2)
+        #expect(await rig.peripheral.services().first?.handle == service.handle)
+    }
+
+    @Test func remoteCentralsOnAServingAdapterAreEvents() async throws {
+        let rig = try await PeripheralRig()
+        rig.fake.central("11:22:33:44:55:01", connected: true)
+        _ = try await rig.peripheral.add(demo)
+        let since = rig.events.recorded
+        rig.fake.central("11:22:33:44:55:01", connected: false)
+        rig.fake.central("11:22:33:44:55:66", connected: true)
+        let central = BluetoothAddress("11:22:33:44:55:66")!
+        _ = try await rig.events.wait(since: since, what: "the central connected") { $0 == .central(central, adapter: "hci0", connected: true) }
+        rig.fake.central("11:22:33:44:55:66", connected: false)
+        _ = try await rig.events.wait(since: since, what: "the central gone") { $0 == .central(central, adapter: "hci0", connected: false) }
+        // The link that was up before this side served is not told (nor its end).
+        #expect(rig.events.count { if case .central(let id, _, _) = $0 { id != central } else { false } } == 0)
+    }
+
     @Test func afterBluetoothdComesBackEverythingIsRegisteredAgain() async throws {
         let rig = try await PeripheralRig()
         let service = try await rig.peripheral.add(demo)

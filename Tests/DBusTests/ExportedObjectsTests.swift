@@ -134,6 +134,26 @@ final class ExportRig: Sendable {
         #expect(all.isEmpty)
     }
 
+    @Test func announcedObjectsAreSignalledFromTheRoot() async throws {
+        let rig = try ExportRig()
+        let signals = AsyncStream<Message>.makeStream()
+        try await rig.client.subscribe(MatchRule(sender: rig.server.uniqueName, interface: Connection.objectManagerInterface)) {
+            signals.continuation.yield($0)
+        }
+        let descriptor = rig.characteristic.child("desc0")!
+        rig.objects.add(descriptor, ["org.bluez.GattDescriptor1": ["UUID": .string("2901")]], announce: true)
+        rig.objects.remove(under: rig.characteristic, announce: true)
+        var received = signals.stream.makeAsyncIterator()
+        let added = await received.next()
+        #expect(added?.path == rig.objects.root && added?.member == "InterfacesAdded")
+        #expect(added?.body.first == .objectPath(descriptor))
+        #expect(added.map { Connection.interfaces($0.body[1]) }?["org.bluez.GattDescriptor1"]?["UUID"] == .string("2901"))
+        let first = await received.next(), second = await received.next()
+        #expect([first, second].map { $0?.member } == ["InterfacesRemoved", "InterfacesRemoved"])
+        #expect([first, second].map { $0?.body.first } == [.objectPath(descriptor), .objectPath(rig.characteristic)])
+        #expect(second?.body.last == .strings(["org.bluez.GattCharacteristic1"]))
+    }
+
     @Test func pathsOutsideTheRootAreNotClaimed() throws {
         let objects = ExportedObjects(root: ObjectPath(trusted: "/io/gattway/app")) { _ in }
         var call = Message.methodCall(destination: ":1.1", path: ObjectPath(trusted: "/io/gattway/agent"),
