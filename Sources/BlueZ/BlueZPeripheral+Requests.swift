@@ -33,7 +33,8 @@ extension BlueZPeripheral {
         }
         guard let path = call.path, let (_, attribute) = GATTApplication.attribute(path), attribute.characteristic >= 0,
               let service = state.withLock({ $0.services[attribute.service] }),
-              service.service.characteristics.indices.contains(attribute.characteristic) else {
+              service.service.characteristics.indices.contains(attribute.characteristic),
+              attribute.descriptor.map(service.service.characteristics[attribute.characteristic].descriptors.indices.contains) ?? true else {
             return app.answer(call, call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no such method")))
         }
         let characteristic = service.service.characteristics[attribute.characteristic]

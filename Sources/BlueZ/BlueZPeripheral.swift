@@ -113,8 +113,15 @@ public final class BlueZPeripheral: PeripheralManager {
     }
 
     public func remove(service id: Int) async throws(BLEError) {
-        guard let removed = state.withLock({ $0.services.removeValue(forKey: id) }) else {
-            throw BLEError(.invalidParameters, "no service \(id)")
+        let (removed, includer) = state.withLock { s -> (RegisteredService?, RegisteredService?) in
+            guard let service = s.services[id] else { return (nil, nil) }
+            let includer = s.services.values.first { $0.adapter == service.adapter && $0.service.includes.contains(service.service.uuid) }
+            if includer == nil { s.services[id] = nil }
+            return (service, includer)
+        }
+        guard let removed else { throw BLEError(.invalidParameters, "no service \(id)") }
+        if let includer {
+            throw BLEError(.invalidParameters, "service \(includer.id) (\(includer.service.uuid)) includes service \(id); remove it first")
         }
         app.remove(under: GATTApplication.path(adapter: removed.adapter, LocalAttribute(service: id, characteristic: -1)))
         var gone = removed
