@@ -76,12 +76,16 @@ extension BlueZPeripheral {
             if interfaces[BlueZ.adapterInterface] != nil, serves(String(path.lastElement)) {
                 Task { await self.restore(String(path.lastElement)) }
             }
+            // A central BlueZ had not seen before appears connected.
+            if interfaces[BlueZ.deviceInterface]?["Connected"]?.bool == true { centralChanged(path, true) }
         case .removed(let path, let interfaces):
             if interfaces.contains(BlueZ.adapterInterface) {
                 let adapter = String(path.lastElement)
                 _ = state.withLock { $0.applications.remove(adapter) }
                 setUnserved(adapter)
             }
+            // A central's device object can go without a Connected false (BlueZ drops a temporary one).
+            if interfaces.contains(BlueZ.deviceInterface) { centralChanged(path, false) }
         case .properties(let path, let interface, let changed, _):
             if interface == BlueZ.adapterInterface, let powered = changed["Powered"]?.bool {
                 let adapter = String(path.lastElement)

@@ -276,8 +276,16 @@ private let charPath = ObjectPath(trusted: "/io/gattway/app/hci0/service1/char0"
         _ = try await rig.events.wait(since: since, what: "the central connected") { $0 == .central(central, adapter: "hci0", connected: true) }
         rig.fake.central("11:22:33:44:55:66", connected: false)
         _ = try await rig.events.wait(since: since, what: "the central gone") { $0 == .central(central, adapter: "hci0", connected: false) }
+        // One BlueZ lists already connected, and drops without a Connected false.
+        let other = BluetoothAddress("11:22:33:44:55:77")!
+        let path = FakePeripheralBlueZ.adapter.child(BlueZ.pathElement(other))!
+        rig.fake.objects.add(path, ["org.bluez.Device1": ["Address": .string(other.description), "Connected": .bool(true),
+                                                          "Adapter": .objectPath(FakePeripheralBlueZ.adapter)]], announce: true)
+        _ = try await rig.events.wait(since: since, what: "the listed central") { $0 == .central(other, adapter: "hci0", connected: true) }
+        rig.fake.objects.remove(under: path, announce: true)
+        _ = try await rig.events.wait(since: since, what: "the dropped central") { $0 == .central(other, adapter: "hci0", connected: false) }
         // The link that was up before this side served is not told (nor its end).
-        #expect(rig.events.count { if case .central(let id, _, _) = $0 { id != central } else { false } } == 0)
+        #expect(rig.events.count { if case .central(let id, _, _) = $0 { id != central && id != other } else { false } } == 0)
     }
 
     @Test func afterBluetoothdComesBackEverythingIsRegisteredAgain() async throws {
