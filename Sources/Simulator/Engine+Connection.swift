@@ -143,6 +143,7 @@ extension Engine {
             devices[d].connectCall = nil
             reply(call)
         }
+        centralLinkChanged(d, up: true)
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
         let early = faults.servicesResolvedEarly && !devices[d].gattExported
         discoverAtConnection(d)
@@ -207,6 +208,7 @@ extension Engine {
     }
 
     private func disconnect(_ d: Int, call: Message) {
+        if disconnectCentral(d, call: call) { return }
         switch devices[d].link {
         case .idle:
             reply(call)
@@ -250,6 +252,7 @@ extension Engine {
         devices[d].disconnectCalls = []
         devices[d].connected = false
         propertiesChanged(.device(d), Interface.device, ["Connected"])
+        centralLinkChanged(d, up: false)
         // bluetoothd hears of the disconnection, then finishes the bonding it was doing.
         if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
         if peripherals[devices[d].peer].faults.forgetGATT {

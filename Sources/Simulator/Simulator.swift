@@ -83,6 +83,7 @@ public final class Simulator: Sendable {
         let id = try await connection.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
                                                           member: "NameOwnerChanged")) { signal in inbox.yield(signal) }
         subscription.withLock { $0 = id }
+        await engine.setDeliver { inbox.yield($0) }
         await engine.start()
         try await connection.requestName("org.bluez")
         await engine.announce()
