@@ -1,0 +1,210 @@
+"""Issue 34, the simulator's side: `gattway-sim --adapters 2` serves GattManager1 and
+LEAdvertisingManager1 as bluetoothd 5.66 does. A dbus-fast client plays the peripheral (a GATT
+application and an advertisement registered on hci0, as gattway's BlueZ side or any BlueZ
+peripheral program would); bleak, unchanged, on hci1 is the remote central: it scans the
+advertisement with its data, connects, reads, writes and gets notifications, each reaching the
+application's objects with bluetoothd's options. Simulator only: real BlueZ needs two controllers
+and is covered by the peripheral role's realbluez test."""
+import asyncio
+import os
+import subprocess
+import threading
+
+import pytest
+
+from conftest import binary
+from targets import current
+
+pytestmark = pytest.mark.skipif(current()["name"] != "simulator", reason="the simulator's peripheral role (GATTWAY_TARGET=simulator)")
+
+bleak = pytest.importorskip("bleak")
+dbus_fast = pytest.importorskip("dbus_fast")
+from dbus_fast import BusType, Message, MessageType, Variant  # noqa: E402
+from dbus_fast.aio import MessageBus  # noqa: E402
+from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_method, dbus_property  # noqa: E402
+
+HCI0, HCI1 = "00:1A:7D:DA:71:13", "00:1A:7D:DA:71:14"
+SERVICE = "5a1e0001-0000-4000-8000-00805f9b34fb"
+CHAR = "5a1e0002-0000-4000-8000-00805f9b34fb"
+APP = "/test/app"
+
+
+class Service(ServiceInterface):
+    def __init__(self):
+        super().__init__("org.bluez.GattService1")
+        self.handle = 0
+
+    @dbus_property(access=PropertyAccess.READ)
+    def UUID(self) -> "s":
+        return SERVICE
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Primary(self) -> "b":
+        return True
+
+    @dbus_property()
+    def Handle(self) -> "q":
+        return self.handle
+
+    @Handle.setter
+    def Handle(self, value: "q"):
+        self.handle = value
+
+
+class Characteristic(ServiceInterface):
+    """Reads answer "hello"; writes and subscriptions are recorded; `notify` changes Value."""
+
+    def __init__(self):
+        super().__init__("org.bluez.GattCharacteristic1")
+        self.handle = 0
+        self.value = b"hello"
+        self.calls = []
+
+    @dbus_property(access=PropertyAccess.READ)
+    def UUID(self) -> "s":
+        return CHAR
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Service(self) -> "o":
+        return APP + "/service0"
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Flags(self) -> "as":
+        return ["read", "write", "notify"]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Value(self) -> "ay":
+        return self.value
+
+    @dbus_property()
+    def Handle(self) -> "q":
+        return self.handle
+
+    @Handle.setter
+    def Handle(self, value: "q"):
+        self.handle = value
+
+    @dbus_method()
+    def ReadValue(self, options: "a{sv}") -> "ay":
+        self.calls.append(("read", {k: v.value for k, v in options.items()}))
+        return self.value
+
+    @dbus_method()
+    def WriteValue(self, value: "ay", options: "a{sv}"):
+        self.calls.append(("write", bytes(value), {k: v.value for k, v in options.items()}))
+
+    @dbus_method()
+    def StartNotify(self):
+        self.calls.append(("StartNotify",))
+
+    @dbus_method()
+    def StopNotify(self):
+        self.calls.append(("StopNotify",))
+
+    def notify(self, value):
+        self.value = value
+        self.emit_properties_changed({"Value": value})
+
+
+class Advertisement(ServiceInterface):
+    def __init__(self):
+        super().__init__("org.bluez.LEAdvertisement1")
+        self.released = False
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Type(self) -> "s":
+        return "peripheral"
+
+    @dbus_property(access=PropertyAccess.READ)
+    def LocalName(self) -> "s":
+        return "sim-periph"
+
+    @dbus_property(access=PropertyAccess.READ)
+    def ServiceUUIDs(self) -> "as":
+        return [SERVICE]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def ManufacturerData(self) -> "a{qv}":
+        return {0xFFFF: Variant("ay", b"\x01\x02")}
+
+    @dbus_method()
+    def Release(self):
+        self.released = True
+
+
+@pytest.fixture
+def sim_bus():
+    """A `gattway-sim --adapters 2` on a private bus; its address."""
+    proc = subprocess.Popen([binary("gattway-sim"), "--adapters", "2"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = proc.stdout.readline().strip()
+    assert first.startswith("DBUS_SYSTEM_BUS_ADDRESS="), first
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # keep the log flowing
+    yield first.split("=", 1)[1]
+    proc.terminate()
+    proc.wait(10)
+
+
+async def until(predicate, timeout=5.0):
+    """bluetoothd tells the application StartNotify/StopNotify without waiting: it may come
+    after the central's call returned."""
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+async def register(bus, manager, member, path):
+    reply = await bus.call(Message(destination="org.bluez", path="/org/bluez/hci0", interface=manager, member=member,
+                                   signature="oa{sv}", body=[path, {}]))
+    assert reply.message_type == MessageType.METHOD_RETURN, reply.body
+
+
+async def scenario():
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    service, characteristic, advertisement = Service(), Characteristic(), Advertisement()
+    bus.export(APP + "/service0", service)
+    bus.export(APP + "/service0/char0", characteristic)
+    bus.export("/test/adv", advertisement)
+    await register(bus, "org.bluez.GattManager1", "RegisterApplication", APP)
+    # bluetoothd told the handles (Properties.Set) before it answered.
+    assert (service.handle, characteristic.handle) == (0x000A, 0x000C)
+    await register(bus, "org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", "/test/adv")
+
+    heard = {}
+
+    def match(device, adv):
+        if device.address == HCI0:
+            heard["adv"] = adv
+            return True
+        return False
+
+    device = await bleak.BleakScanner.find_device_by_filter(match, timeout=10, bluez={"adapter": "hci1"})
+    assert device is not None, "hci1 did not hear hci0's advertisement"
+    adv = heard["adv"]
+    assert adv.local_name == "sim-periph"
+    assert SERVICE in adv.service_uuids
+    assert adv.manufacturer_data == {0xFFFF: b"\x01\x02"}
+
+    received = asyncio.Queue()
+    async with bleak.BleakClient(device) as client:
+        assert bytes(await client.read_gatt_char(CHAR)) == b"hello"
+        read = characteristic.calls[-1]
+        assert read[0] == "read" and read[1]["device"] == "/org/bluez/hci0/dev_" + HCI1.replace(":", "_"), read
+        assert read[1]["link"] == "LE" and read[1]["mtu"] > 23, read
+        await client.write_gatt_char(CHAR, b"\x01\x02", response=True)
+        assert characteristic.calls[-1][:2] == ("write", b"\x01\x02") and characteristic.calls[-1][2]["type"] == "request"
+        await client.start_notify(CHAR, lambda _, data: received.put_nowait(bytes(data)))
+        assert await until(lambda: ("StartNotify",) in characteristic.calls), characteristic.calls
+        for value in (b"21.5", b"21.6"):
+            characteristic.notify(value)
+        got = [await asyncio.wait_for(received.get(), 5) for _ in range(2)]
+        assert got == [b"21.5", b"21.6"], got
+        await client.stop_notify(CHAR)
+    assert await until(lambda: ("StopNotify",) in characteristic.calls), characteristic.calls
+    bus.disconnect()
+
+
+def test_bleak_on_another_adapter_reaches_a_registered_application(sim_bus, monkeypatch):
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", sim_bus)
+    asyncio.run(asyncio.wait_for(scenario(), 60))
