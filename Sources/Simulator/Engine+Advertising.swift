@@ -21,15 +21,10 @@ extension Engine {
                 return fail(call, BlueZError.notPermitted("Maximum advertisements reached"))
             }
             adapters[a].advertisements.append(LEAdvertisement(owner: sender, path: path))
-            let connection = connection
-            tasks.spawn {
-                let properties: [String: Value]?
-                do {
-                    properties = try await connection.getAllProperties(sender, path, Interface.advertisement)
-                } catch {
-                    properties = nil
-                }
-                await self.advertisementRead(call, adapter: a, owner: sender, path: path, properties)
+            // bluetoothd's proxy of the object reads its properties with GetAll.
+            callClient(.methodCall(destination: sender, path: path, interface: Interface.properties, member: "GetAll",
+                                   [.string(Interface.advertisement)])) { engine, result in
+                engine.advertisementRead(call, adapter: a, owner: sender, path: path, try? result.get().first?.stringDictionary)
             }
         case "UnregisterAdvertisement":
             guard let index else { return fail(call, BlueZError.doesNotExist) }

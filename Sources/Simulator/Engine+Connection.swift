@@ -74,7 +74,9 @@ extension Engine {
     private func answers(_ d: Int) -> Bool {
         let p = devices[d].peer
         let peripheral = peripherals[p]
-        return peripheral.config.connectable && !peripheral.faults.outOfRange && peripheral.rssi[devices[d].adapter] != nil
+        // An adapter in the peripheral role answers while it is on.
+        let on = peripheral.local.map { adapters[$0.adapter].usable } ?? true
+        return on && peripheral.config.connectable && !peripheral.faults.outOfRange && peripheral.rssi[devices[d].adapter] != nil
             && peripheral.entries.allSatisfy { $0 == d || !devices[$0].hasGATT }
     }
 

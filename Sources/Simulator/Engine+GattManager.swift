@@ -14,16 +14,8 @@ extension Engine {
             guard index == nil else { return fail(call, BlueZError.alreadyExists) }
             adapters[a].applications.append(GattApplication(owner: sender, path: path))
             watch(sender)
-            let connection = connection
-            tasks.spawn {
-                let answer: Value?
-                do {
-                    answer = try await connection.call(.methodCall(destination: sender, path: path, interface: Interface.objectManager,
-                                                                   member: "GetManagedObjects")).body.first
-                } catch {
-                    answer = nil
-                }
-                await self.applicationRead(call, adapter: a, owner: sender, path: path, answer)
+            callClient(.methodCall(destination: sender, path: path, interface: Interface.objectManager, member: "GetManagedObjects")) {
+                engine, result in engine.applicationRead(call, adapter: a, owner: sender, path: path, try? result.get().first)
             }
         case "UnregisterApplication":
             guard let index else { return fail(call, BlueZError.doesNotExist) }

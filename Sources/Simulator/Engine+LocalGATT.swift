@@ -31,7 +31,8 @@ extension Engine {
 
     func forwardRead(_ d: Int, _ target: (ServedObject, String), offset: Int,
                      then: @escaping @Sendable (isolated Engine, Result<[UInt8], PeerFailure>) -> Void) {
-        callApplication(target.0, target.1, "ReadValue", [requestOptions(d, offset: offset, type: nil)]) { engine, result in
+        callClient(.methodCall(destination: target.0.owner, path: target.0.path, interface: target.1, member: "ReadValue",
+                               [requestOptions(d, offset: offset, type: nil)])) { engine, result in
             then(engine, result.map { $0.first?.bytes ?? [] }.mapError { PeerFailure(code: Engine.attCode($0, write: false)) })
         }
     }
@@ -40,19 +41,20 @@ extension Engine {
     func forwardWrite(_ d: Int, _ target: (ServedObject, String), _ data: [UInt8], offset: Int, command: Bool,
                       then: @escaping @Sendable (isolated Engine, Result<Void, PeerFailure>) -> Void) {
         let type = target.1 == Interface.characteristic ? (command ? "command" : "request") : nil
-        callApplication(target.0, target.1, "WriteValue", [.bytes(data), requestOptions(d, offset: offset, type: type)]) { engine, result in
+        callClient(.methodCall(destination: target.0.owner, path: target.0.path, interface: target.1, member: "WriteValue",
+                               [.bytes(data), requestOptions(d, offset: offset, type: type)])) { engine, result in
             then(engine, result.map { _ in }.mapError { PeerFailure(code: Engine.attCode($0, write: true)) })
         }
     }
 
-    private func callApplication(_ target: ServedObject, _ interface: String, _ member: String, _ body: [Value],
-                                 then: @escaping @Sendable (isolated Engine, Result<[Value], BusError>) -> Void) {
+    /// A call to a client (bluetoothd's proxies of its objects); `then` runs with the answer,
+    /// in the engine, without holding up anything meanwhile.
+    func callClient(_ message: Message, then: @escaping @Sendable (isolated Engine, Result<[Value], BusError>) -> Void) {
         let connection = connection
         tasks.spawn {
             let result: Result<[Value], BusError>
             do throws(BusError) {
-                result = .success(try await connection.call(.methodCall(destination: target.owner, path: target.path, interface: interface,
-                                                                         member: member, body)).body)
+                result = .success(try await connection.call(message).body)
             } catch {
                 result = .failure(error)
             }
@@ -154,6 +156,8 @@ extension Engine {
         } else if devices[e].exported {
             propertiesChanged(.device(e), Interface.device, ["Connected"])
         }
+        // A central nobody paired with is a temporary device once it left.
+        if !up && !devices[e].paired { scheduleTemporaryRemoval(e) }
     }
 
     /// Disconnect called on the serving side's Device1 of a central: the link ends, answered when it is down.

@@ -151,7 +151,7 @@ extension Engine {
     }
 
     /// BlueZ's TemporaryTimeout: a device nobody connected to or paired with goes away.
-    private func scheduleTemporaryRemoval(_ d: Int) {
+    func scheduleTemporaryRemoval(_ d: Int) {
         let seconds = adapterConfig(d).temporaryTimeoutSec
         guard seconds > 0 else { return }
         let id = makeID()

@@ -16,7 +16,9 @@ import Testing
     static func configuration(instances: Int = 5) -> SimulatorConfiguration {
         var hci0 = SimulatorConfiguration.Adapter.numbered(0)
         hci0.advertisingInstances = instances
-        return SimulatorConfiguration(adapters: [hci0, .numbered(1)], devices: [])
+        var hci1 = SimulatorConfiguration.Adapter.numbered(1)
+        hci1.connectTimeoutMs = 300
+        return SimulatorConfiguration(adapters: [hci0, hci1], devices: [])
     }
 
     /// The object with `uuid` under the central's device for hci0.
@@ -176,5 +178,43 @@ import Testing
         try await again.advertise()
         _ = try await sim.control("RemoveAdapter", [.string("hci0")])
         try await again.call("Release", TestApplication.advertisementPath)
+    }
+
+    @Test("powered off, the serving adapter drops its centrals and is not heard; its registrations stay for when it is on")
+    func servingAdapterPoweredOff() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let off = sim.mark
+        _ = try await sim.control("SetAdapterPowered", [.string("hci0"), .bool(false)])
+        try await sim.signal(after: off) { $0.changes(Self.served, Interface.device, "Connected", .bool(false)) }
+        try await sim.signal(after: off) { $0.changes(Self.central, Interface.device, "Connected", .bool(false)) }
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
+        await expectError("org.bluez.Error.Failed", "le-connection-abort-by-local") { try await sim.connect(Self.hci0Address, on: "hci1") }
+        _ = try await sim.control("SetAdapterPowered", [.string("hci0"), .bool(true)])
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let value = try await Self.object(sim, Interface.characteristic, TestApplication.value)
+        #expect(try await sim.read(value) == Array("hello".utf8))
+        #expect(app.calls("Release").isEmpty)
+    }
+
+    @Test("the application's other errors reach the central as bluetoothd maps them: Failed is ATT 0x80")
+    func applicationErrors() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim, refusal: "org.bluez.Error.Failed")
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let refused = try await Self.object(sim, Interface.characteristic, TestApplication.refused)
+        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: 0x80") { _ = try await sim.read(refused) }
+        // Its flags do not allow writes: bluetoothd refuses without asking the application.
+        await expectError("org.bluez.Error.NotPermitted", "Write not permitted") { try await sim.write(refused, [1], type: "request") }
+        #expect(app.calls("WriteValue").isEmpty)
     }
 }

@@ -26,8 +26,12 @@ final class TestApplication: Sendable {
     let tree: Mutex<[(ObjectPath, [(String, [(String, Value)])])]>
     let advertisement: Mutex<[(String, Value)]>
 
-    init(_ sim: Sim) throws {
+    /// The error the refused characteristic's reads get.
+    private let refusal: String
+
+    init(_ sim: Sim, refusal: String = "org.bluez.Error.NotPermitted") throws {
         self.sim = sim
+        self.refusal = refusal
         connection = try Connection(address: sim.bus.address)
         tree = Mutex([
             (Self.servicePath, [(Interface.service, [("UUID", .string(Self.service)), ("Primary", .bool(true))])]),
@@ -55,12 +59,12 @@ final class TestApplication: Sendable {
             answer = call.reply([.dictionary(key: Types.o, value: Types.asasv, objects.map { path, interfaces in
                 .init(.objectPath(path), .dictionary(key: Types.s, value: Types.asv, interfaces.map { .init(.string($0.0), .stringVariantDictionary($0.1)) }))
             })])
-        case ("GetAll", .some(Self.advertisementPath)):
+        case ("GetAll", _):
             answer = call.reply([.stringVariantDictionary(advertisement.withLock { $0 })])
         case ("ReadValue", .some(Self.valuePath)): answer = call.reply([.bytes(Array("hello".utf8))])
         case ("ReadValue", .some(Self.descriptorPath)): answer = call.reply([.bytes(Array("greeting".utf8))])
         case ("ReadValue", .some(Self.refusedPath)):
-            answer = call.errorReply(BusError(name: "org.bluez.Error.NotPermitted", message: "no"))
+            answer = call.errorReply(BusError(name: refusal, message: "no"))
         default: answer = call.reply()
         }
         if !call.noReplyExpected { try? connection.send(answer) }

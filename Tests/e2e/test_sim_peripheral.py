@@ -29,18 +29,12 @@ CHAR = "5a1e0002-0000-4000-8000-00805f9b34fb"
 APP = "/test/app"
 
 
-class Service(ServiceInterface):
-    def __init__(self):
-        super().__init__("org.bluez.GattService1")
+class Attribute(ServiceInterface):
+    """An object of the application: bluetoothd tells it its handle with Properties.Set."""
+
+    def __init__(self, interface):
+        super().__init__(interface)
         self.handle = 0
-
-    @dbus_property(access=PropertyAccess.READ)
-    def UUID(self) -> "s":
-        return SERVICE
-
-    @dbus_property(access=PropertyAccess.READ)
-    def Primary(self) -> "b":
-        return True
 
     @dbus_property()
     def Handle(self) -> "q":
@@ -51,12 +45,24 @@ class Service(ServiceInterface):
         self.handle = value
 
 
-class Characteristic(ServiceInterface):
+class Service(Attribute):
+    def __init__(self):
+        super().__init__("org.bluez.GattService1")
+
+    @dbus_property(access=PropertyAccess.READ)
+    def UUID(self) -> "s":
+        return SERVICE
+
+    @dbus_property(access=PropertyAccess.READ)
+    def Primary(self) -> "b":
+        return True
+
+
+class Characteristic(Attribute):
     """Reads answer "hello"; writes and subscriptions are recorded; `notify` changes Value."""
 
     def __init__(self):
         super().__init__("org.bluez.GattCharacteristic1")
-        self.handle = 0
         self.value = b"hello"
         self.calls = []
 
@@ -75,14 +81,6 @@ class Characteristic(ServiceInterface):
     @dbus_property(access=PropertyAccess.READ)
     def Value(self) -> "ay":
         return self.value
-
-    @dbus_property()
-    def Handle(self) -> "q":
-        return self.handle
-
-    @Handle.setter
-    def Handle(self, value: "q"):
-        self.handle = value
 
     @dbus_method()
     def ReadValue(self, options: "a{sv}") -> "ay":
