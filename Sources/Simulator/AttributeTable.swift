@@ -112,7 +112,8 @@ struct AttributeTable: Sendable {
                     subscribe: Self.permission(flags, plain: ["notify", "indicate"], suffix: "notify", alsoSuffix: "indicate"),
                     configuration: c)
                 next += 2
-                let automatic = Self.automaticDescriptors(of: c)
+                // bluetoothd's own server adds the CCCD before the extended properties (database_add_chrc).
+                let automatic = placements == nil ? Self.automaticDescriptors(of: c) : Self.automaticDescriptors(of: c).reversed()
                 for (k, d) in (automatic + c.descriptors).enumerated() {
                     if k >= automatic.count, let placed = placements?[i].characteristics[j] {
                         next = Int(placed.descriptors[k - automatic.count])

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import binary
+from conftest import Gateway, binary, wait_for
 from targets import current
 
 pytestmark = pytest.mark.skipif(current()["name"] != "simulator", reason="the simulator's peripheral role (GATTWAY_TARGET=simulator)")
@@ -142,33 +142,57 @@ def sim_bus():
     proc.wait(10)
 
 
-async def until(predicate, timeout=5.0):
+def until(predicate, timeout=5.0):
     """bluetoothd tells the application StartNotify/StopNotify without waiting: it may come
     after the central's call returned."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return predicate()
+    return wait_for(predicate, timeout, interval=0.02)
 
 
-async def register(bus, manager, member, path):
-    reply = await bus.call(Message(destination="org.bluez", path="/org/bluez/hci0", interface=manager, member=member,
-                                   signature="oa{sv}", body=[path, {}]))
-    assert reply.message_type == MessageType.METHOD_RETURN, reply.body
+class Peripheral:
+    """The application and advertisement, registered on hci0 of the bus at `address`, served by
+    a dbus-fast connection on an event loop of its own (so that a central in this thread, bleak
+    or gattway over REST, can use them meanwhile)."""
+
+    def __init__(self, address):
+        self.service, self.characteristic, self.advertisement = Service(), Characteristic(), Advertisement()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.bus = self.run(self.start(address))
+
+    def run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(15)
+
+    async def start(self, address):
+        bus = await MessageBus(bus_address=address).connect()
+        bus.export(APP + "/service0", self.service)
+        bus.export(APP + "/service0/char0", self.characteristic)
+        bus.export("/test/adv", self.advertisement)
+        for manager, member, path in (("org.bluez.GattManager1", "RegisterApplication", APP),
+                                      ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", "/test/adv")):
+            reply = await bus.call(Message(destination="org.bluez", path="/org/bluez/hci0", interface=manager, member=member,
+                                           signature="oa{sv}", body=[path, {}]))
+            assert reply.message_type == MessageType.METHOD_RETURN, reply.body
+        return bus
+
+    def notify(self, value):
+        self.loop.call_soon_threadsafe(self.characteristic.notify, value)
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.bus.disconnect)
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-async def scenario():
-    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
-    service, characteristic, advertisement = Service(), Characteristic(), Advertisement()
-    bus.export(APP + "/service0", service)
-    bus.export(APP + "/service0/char0", characteristic)
-    bus.export("/test/adv", advertisement)
-    await register(bus, "org.bluez.GattManager1", "RegisterApplication", APP)
+@pytest.fixture
+def peripheral(sim_bus):
+    app = Peripheral(sim_bus)
+    yield app
+    app.stop()
+
+
+async def central(app):
     # bluetoothd told the handles (Properties.Set) before it answered.
-    assert (service.handle, characteristic.handle) == (0x000A, 0x000C)
-    await register(bus, "org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", "/test/adv")
-
+    assert (app.service.handle, app.characteristic.handle) == (0x000A, 0x000C)
+    characteristic = app.characteristic
     heard = {}
 
     def match(device, adv):
@@ -193,16 +217,57 @@ async def scenario():
         await client.write_gatt_char(CHAR, b"\x01\x02", response=True)
         assert characteristic.calls[-1][:2] == ("write", b"\x01\x02") and characteristic.calls[-1][2]["type"] == "request"
         await client.start_notify(CHAR, lambda _, data: received.put_nowait(bytes(data)))
-        assert await until(lambda: ("StartNotify",) in characteristic.calls), characteristic.calls
+        assert until(lambda: ("StartNotify",) in characteristic.calls), characteristic.calls
         for value in (b"21.5", b"21.6"):
-            characteristic.notify(value)
+            app.notify(value)
         got = [await asyncio.wait_for(received.get(), 5) for _ in range(2)]
         assert got == [b"21.5", b"21.6"], got
         await client.stop_notify(CHAR)
-    assert await until(lambda: ("StopNotify",) in characteristic.calls), characteristic.calls
-    bus.disconnect()
+    assert until(lambda: ("StopNotify",) in characteristic.calls), characteristic.calls
 
 
-def test_bleak_on_another_adapter_reaches_a_registered_application(sim_bus, monkeypatch):
+def test_bleak_on_another_adapter_reaches_a_registered_application(sim_bus, peripheral, monkeypatch):
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", sim_bus)
-    asyncio.run(asyncio.wait_for(scenario(), 60))
+    asyncio.run(asyncio.wait_for(central(peripheral), 60))
+
+
+@pytest.fixture
+def gateway_on_hci1():
+    """gattway with the simulator's two adapters, using hci1 only (hci0 is the peripheral)."""
+    from test_adapters import configuration
+
+    path = configuration()
+    gw = Gateway(["--simulate", path, "--adapter", "hci1"])
+    yield gw
+    gw.stop()
+    os.remove(path)
+
+
+def test_gattways_own_central_on_another_adapter_reaches_it(gateway_on_hci1):
+    from test_reconnect import SSE
+
+    gw = gateway_on_hci1
+    app = Peripheral(gw.bus)
+    try:
+        gw.discover(HCI0, timeout=10)
+        device = gw.get(f"/v1/devices/{HCI0}")[1]
+        assert device.get("name") == "sim-periph", device
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/connect", {"timeout": 10})
+        assert status == 200 and body["state"] == "connected", body
+        assert gw.get(f"/v1/devices/{HCI0}/characteristics/{CHAR}/value?format=utf8")[1]["value"] == "hello"
+        status, body, _ = gw.request("PUT", f"/v1/devices/{HCI0}/characteristics/{CHAR}/value",
+                                     {"value": "0102", "withResponse": True})
+        assert status == 200, body
+        assert app.characteristic.calls[-1][:2] == ("write", b"\x01\x02"), app.characteristic.calls
+        events = SSE(gw, f"types=notification&device={HCI0}")
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/characteristics/{CHAR}/notifications")
+        assert status == 200, body
+        assert until(lambda: ("StartNotify",) in app.characteristic.calls), app.characteristic.calls
+        app.notify(b"\x21")
+        assert events.wait(lambda e: e.get("type") == "notification" and e["value"] == "21", 5), events.events
+        events.close()
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/disconnect", {})
+        assert status == 200, body
+        assert until(lambda: ("StopNotify",) in app.characteristic.calls), app.characteristic.calls
+    finally:
+        app.stop()
