@@ -259,13 +259,13 @@ def test_gattways_own_central_on_another_adapter_reaches_it(gateway_on_hci1):
                                      {"value": "0102", "withResponse": True})
         assert status == 200, body
         assert app.characteristic.calls[-1][:2] == ("write", b"\x01\x02"), app.characteristic.calls
+        # Left open: closing an SSE stream waits for its next keep-alive; gattway's stop ends it.
         events = SSE(gw, f"types=notification&device={HCI0}")
         status, body, _ = gw.post(f"/v1/devices/{HCI0}/characteristics/{CHAR}/notifications")
         assert status == 200, body
         assert until(lambda: ("StartNotify",) in app.characteristic.calls), app.characteristic.calls
         app.notify(b"\x21")
         assert events.wait(lambda e: e.get("type") == "notification" and e["value"] == "21", 5), events.events
-        events.close()
         status, body, _ = gw.post(f"/v1/devices/{HCI0}/disconnect", {})
         assert status == 200, body
         assert until(lambda: ("StopNotify",) in app.characteristic.calls), app.characteristic.calls
