@@ -19,6 +19,12 @@ struct AdapterState: Sendable {
     var discoveryClients: [String: DiscoveryClient] = [:]
     /// Devices reported during the current discovery (their RSSI is invalidated when it stops).
     var discoveryFound: Set<Int> = []
+    /// GattManager1's applications and LEAdvertisingManager1's advertisements, in registration order.
+    var applications: [GattApplication] = []
+    var advertisements: [LEAdvertisement] = []
+    /// The adapter as a device in the room (`Engine.peripherals`), once it advertised or
+    /// connected to another adapter's advertisement.
+    var asPeripheral: Int?
 
     init(_ config: SimulatorConfiguration.Adapter) {
         self.config = config

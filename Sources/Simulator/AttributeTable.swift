@@ -83,7 +83,15 @@ struct AttributeTable: Sendable {
         return out
     }
 
-    init(_ configured: [SimulatorConfiguration.Service]) {
+    /// Where a registered application's service has its attributes (bluetoothd's gatt_db may
+    /// leave gaps where the client asked for handles): its last handle, and per characteristic
+    /// its value handle and its own descriptors' handles.
+    struct Placement: Sendable {
+        let end: UInt16
+        let characteristics: [(value: UInt16, descriptors: [UInt16])]
+    }
+
+    init(_ configured: [SimulatorConfiguration.Service], placements: [Placement]? = nil) {
         var next = Self.firstHandle
         for (i, s) in configured.enumerated() {
             // Validation guarantees that a configured handle does not overlap the previous service.
@@ -91,7 +99,8 @@ struct AttributeTable: Sendable {
             let serviceHandle = UInt16(truncatingIfNeeded: next)
             var service = Service(uuid: s.uuid, handle: serviceHandle, endHandle: serviceHandle, primary: s.primary)
             next += 1
-            for c in s.characteristics {
+            for (j, c) in s.characteristics.enumerated() {
+                if let placed = placements?[i].characteristics[j] { next = Int(placed.value) - 1 }
                 let handle = UInt16(truncatingIfNeeded: next)
                 let flags = Set(c.flags)
                 var characteristic = Characteristic(
@@ -103,7 +112,12 @@ struct AttributeTable: Sendable {
                     subscribe: Self.permission(flags, plain: ["notify", "indicate"], suffix: "notify", alsoSuffix: "indicate"),
                     configuration: c)
                 next += 2
-                for d in Self.automaticDescriptors(of: c) + c.descriptors {
+                // bluetoothd's own server adds the CCCD before the extended properties (database_add_chrc).
+                let automatic = placements == nil ? Self.automaticDescriptors(of: c) : Self.automaticDescriptors(of: c).reversed()
+                for (k, d) in (automatic + c.descriptors).enumerated() {
+                    if k >= automatic.count, let placed = placements?[i].characteristics[j] {
+                        next = Int(placed.descriptors[k - automatic.count])
+                    }
                     let dHandle = UInt16(truncatingIfNeeded: next)
                     let dFlags = Set(d.flags)
                     characteristic.descriptors.append(descriptors.count)
@@ -117,7 +131,8 @@ struct AttributeTable: Sendable {
                 service.characteristics.append(characteristics.count)
                 characteristics.append(characteristic)
             }
-            service.endHandle = UInt16(truncatingIfNeeded: next - 1)
+            service.endHandle = placements?[i].end ?? UInt16(truncatingIfNeeded: next - 1)
+            next = Int(service.endHandle) + 1
             services.append(service)
         }
     }

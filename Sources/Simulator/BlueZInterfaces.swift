@@ -16,6 +16,10 @@ enum Interface {
     static let characteristic = "org.bluez.GattCharacteristic1"
     static let descriptor = "org.bluez.GattDescriptor1"
     static let control = "io.gattway.Simulator1"
+    static let gattManager = "org.bluez.GattManager1"
+    static let advertisingManager = "org.bluez.LEAdvertisingManager1"
+    /// What advertisement objects implement; bluetoothd reads and calls it.
+    static let advertisement = "org.bluez.LEAdvertisement1"
 
     struct Method { let name: String; let input: String; let output: String }
     struct Property { let name: String; let type: String; let writable: Bool }
@@ -35,6 +39,10 @@ enum Interface {
         device: [Method(name: "Disconnect", input: "", output: ""), Method(name: "Connect", input: "", output: ""),
                  Method(name: "ConnectProfile", input: "s", output: ""), Method(name: "DisconnectProfile", input: "s", output: ""),
                  Method(name: "Pair", input: "", output: ""), Method(name: "CancelPairing", input: "", output: "")],
+        gattManager: [Method(name: "RegisterApplication", input: "oa{sv}", output: ""),
+                      Method(name: "UnregisterApplication", input: "o", output: "")],
+        advertisingManager: [Method(name: "RegisterAdvertisement", input: "oa{sv}", output: ""),
+                             Method(name: "UnregisterAdvertisement", input: "o", output: "")],
         service: [],
         characteristic: [Method(name: "ReadValue", input: "a{sv}", output: "ay"), Method(name: "WriteValue", input: "aya{sv}", output: ""),
                          Method(name: "AcquireWrite", input: "a{sv}", output: "hq"), Method(name: "AcquireNotify", input: "a{sv}", output: "hq"),
@@ -84,6 +92,10 @@ enum Interface {
             Property(name: "Adapter", type: "o", writable: false), Property(name: "ManufacturerData", type: "a{qv}", writable: false),
             Property(name: "ServiceData", type: "a{sv}", writable: false), Property(name: "TxPower", type: "n", writable: false),
             Property(name: "ServicesResolved", type: "b", writable: false), Property(name: "WakeAllowed", type: "b", writable: true),
+        ],
+        advertisingManager: [
+            Property(name: "ActiveInstances", type: "y", writable: false), Property(name: "SupportedInstances", type: "y", writable: false),
+            Property(name: "SupportedIncludes", type: "as", writable: false),
         ],
         service: [
             Property(name: "UUID", type: "s", writable: false), Property(name: "Device", type: "o", writable: false),

@@ -5,7 +5,8 @@ import DBus
 /// `/org/bluez/hciN/dev_…`, its GATT cache and objects, its bond and the link (BlueZ keeps one
 /// per adapter that hears a device). The peripheral itself is a `Peripheral`, shared by them.
 struct DeviceState: Sendable {
-    let config: SimulatorConfiguration.Device
+    /// The peripheral's (kept equal to it when an adapter's advertisements change it).
+    var config: SimulatorConfiguration.Device
     let path: ObjectPath
     /// Its adapter, in `Engine.adapters`.
     let adapter: Int
@@ -62,6 +63,9 @@ struct DeviceState: Sendable {
     /// The peripheral's table changed while this bonded central was away: it indicates Service
     /// Changed at the next connection, as a server does for a bonded client.
     var serviceChangedPending = false
+    /// This entry is a remote central (another simulated adapter) connected to the adapter's
+    /// registered applications: bluetoothd shows it Connected without a link of its own.
+    var incoming = false
 
     enum Link: Equatable, Sendable {
         case idle

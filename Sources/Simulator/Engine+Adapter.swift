@@ -94,6 +94,8 @@ extension Engine {
         log("\(adapters[a].config.id) powered \(on ? "on" : "off")")
         if !on {
             endDiscovery(a)
+            // Its advertising stops (registrations stay, as the kernel keeps the instances) and links to its applications end.
+            localLinkEnds(a)
             for p in peripherals.indices {
                 let d = peripherals[p].entries[a]
                 // Closing the adapter flushes the kernel's connections, a stale one too.

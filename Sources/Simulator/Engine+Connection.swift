@@ -74,7 +74,9 @@ extension Engine {
     private func answers(_ d: Int) -> Bool {
         let p = devices[d].peer
         let peripheral = peripherals[p]
-        return peripheral.config.connectable && !peripheral.faults.outOfRange && peripheral.rssi[devices[d].adapter] != nil
+        // An adapter in the peripheral role answers while it is on.
+        let on = peripheral.local.map { adapters[$0.adapter].usable } ?? true
+        return on && peripheral.config.connectable && !peripheral.faults.outOfRange && peripheral.rssi[devices[d].adapter] != nil
             && peripheral.entries.allSatisfy { $0 == d || !devices[$0].hasGATT }
     }
 
@@ -143,6 +145,7 @@ extension Engine {
             devices[d].connectCall = nil
             reply(call)
         }
+        centralLinkChanged(d, up: true)
         // bluez#1489: on a first connection ServicesResolved can come before the objects.
         let early = faults.servicesResolvedEarly && !devices[d].gattExported
         discoverAtConnection(d)
@@ -207,6 +210,7 @@ extension Engine {
     }
 
     private func disconnect(_ d: Int, call: Message) {
+        if disconnectCentral(d, call: call) { return }
         switch devices[d].link {
         case .idle:
             reply(call)
@@ -250,6 +254,7 @@ extension Engine {
         devices[d].disconnectCalls = []
         devices[d].connected = false
         propertiesChanged(.device(d), Interface.device, ["Connected"])
+        centralLinkChanged(d, up: false)
         // bluetoothd hears of the disconnection, then finishes the bonding it was doing.
         if devices[d].pairing != nil { endPairing(d, BlueZError.authenticationCanceled) }
         if peripherals[devices[d].peer].faults.forgetGATT {

@@ -24,7 +24,7 @@ extension Engine {
     /// withdrawn) and the peripheral's new services stored (exported by the caller). Returns
     /// whether the cache changed.
     @discardableResult
-    private func rediscover(_ d: Int) -> Bool {
+    func rediscover(_ d: Int) -> Bool {
         let table = peripherals[devices[d].peer].server.table
         let before = devices[d].gatt.present
         var kept: Set<Int> = []

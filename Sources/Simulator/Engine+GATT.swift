@@ -71,8 +71,18 @@ extension Engine {
 
     private func completeRead(_ d: Int, _ attribute: Attribute, id: Int) {
         guard let pending = pendingRead(d, attribute), pending.id == id else { return }
+        let handle = handle(d, attribute)
+        // An adapter's application answers after bluetoothd checked the permissions.
+        if let target = servedObject(d, handle: handle), case .success = peerRead(d, handle: handle, offset: 0) {
+            return forwardRead(d, target, offset: pending.offset) { engine, result in engine.finishRead(d, attribute, id: id, result) }
+        }
+        finishRead(d, attribute, id: id, peerRead(d, handle: handle, offset: pending.offset))
+    }
+
+    private func finishRead(_ d: Int, _ attribute: Attribute, id: Int, _ result: Result<[UInt8], PeerFailure>) {
+        guard let pending = pendingRead(d, attribute), pending.id == id else { return }
         setPendingRead(d, attribute, nil)
-        switch peerRead(d, handle: handle(d, attribute), offset: pending.offset) {
+        switch result {
         case .success(let bytes):
             // The result goes into bluetoothd's cache (reset by a read from offset 0), which
             // the Value property shows; the reply is the cache from the offset on.
@@ -145,8 +155,11 @@ extension Engine {
         guard data.count <= devices[d].mtu - 3 else { return fail(call, BlueZError.failed("Failed to initiate write")) }
         reply(call)
         // The peer drops a command it would refuse; nobody hears of it.
-        if case .success(let written) = peerWrite(d, handle: info.valueHandle, data, offset: 0, command: true),
-           !uartReceive(d, written, data, request: nil) {
+        guard case .success(let written) = peerWrite(d, handle: info.valueHandle, data, offset: 0, command: true) else { return }
+        if let target = servedObject(d, handle: info.valueHandle) {
+            return forwardWrite(d, target, data, offset: 0, command: true) { _, _ in }
+        }
+        if !uartReceive(d, written, data, request: nil) {
             echo(d, written)
         }
     }
@@ -167,18 +180,21 @@ extension Engine {
     private func completeWrite(_ d: Int, _ attribute: Attribute, id: Int, data: [UInt8], offset: Int) {
         // Only this write's own timer may complete it: a late timer of a write lost with the
         // link must not take a newer one away.
-        let pending: PendingCall
-        switch attribute {
-        case .characteristic(let c):
-            guard let p = devices[d].gatt.characteristics[c].state.write, p.id == id else { return }
-            pending = p
-            devices[d].gatt.characteristics[c].state.write = nil
-        case .descriptor(let x):
-            guard let p = devices[d].gatt.descriptors[x].state.write, p.id == id else { return }
-            pending = p
-            devices[d].gatt.descriptors[x].state.write = nil
+        guard pendingWrite(d, attribute)?.id == id else { return }
+        let handle = handle(d, attribute)
+        // An adapter's application answers after bluetoothd checked the permissions; the write
+        // stays pending meanwhile (a lost link answers it).
+        if let target = servedObject(d, handle: handle), case .success = peerWrite(d, handle: handle, data, offset: 0, command: false) {
+            return forwardWrite(d, target, data, offset: offset, command: false) { engine, result in
+                guard let pending = engine.takeWrite(d, attribute, id: id) else { return }
+                switch result {
+                case .success: engine.reply(pending.call)
+                case .failure(let failure): engine.fail(pending.call, failure.error)
+                }
+            }
         }
-        switch peerWrite(d, handle: handle(d, attribute), data, offset: offset, command: false) {
+        guard let pending = takeWrite(d, attribute, id: id) else { return }
+        switch peerWrite(d, handle: handle, data, offset: offset, command: false) {
         case .success(let written):
             if case .characteristic(let c) = attribute, uartReceive(d, written, data, request: (c, pending)) { return }
             reply(pending.call)
@@ -187,6 +203,23 @@ extension Engine {
             fail(pending.call, failure.error)
             if failure.dropsLink { linkDown(d) }
         }
+    }
+
+    private func pendingWrite(_ d: Int, _ attribute: Attribute) -> PendingCall? {
+        switch attribute {
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.write
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.write
+        }
+    }
+
+    /// The write `id`, no longer pending; nil when it is not the pending one.
+    private func takeWrite(_ d: Int, _ attribute: Attribute, id: Int) -> PendingCall? {
+        guard let pending = pendingWrite(d, attribute), pending.id == id else { return nil }
+        switch attribute {
+        case .characteristic(let c): devices[d].gatt.characteristics[c].state.write = nil
+        case .descriptor(let x): devices[d].gatt.descriptors[x].state.write = nil
+        }
+        return pending
     }
 
     /// The peripheral's GATT server taking a write to `handle`: on success the attribute written,
@@ -293,6 +326,7 @@ extension Engine {
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
         for waiter in subscribing.waiters { reply(waiter.call) }
+        localSubscriptionChanged(d, c)
         startUART(devices[d].peer)  // its stream, if this is its tx
     }
 
@@ -311,6 +345,7 @@ extension Engine {
             devices[d].gatt.characteristics[c].state.notifying = false
             propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
         }
+        localSubscriptionChanged(d, c)
     }
 
     /// The peripheral notifies (or indicates) its characteristic `c`: bluetoothd hears it while
@@ -380,7 +415,7 @@ extension Engine {
         tasks.after(milliseconds: delay) { await self.run(action) }
     }
 
-    private func run(_ action: @Sendable (isolated Engine) -> Void) { action(self) }
+    func run(_ action: @Sendable (isolated Engine) -> Void) { action(self) }
 
     /// The handle bluetoothd addresses for a cached attribute: a characteristic's value, a descriptor.
     private func handle(_ d: Int, _ attribute: Attribute) -> UInt16 {

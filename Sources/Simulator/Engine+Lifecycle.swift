@@ -32,6 +32,12 @@ extension Engine {
             adapters[a].discoveryFound = []
         }
         releaseAgents()
+        // Registered applications and advertisements go with bluetoothd (their clients register again).
+        for a in adapters.indices {
+            adapters[a].applications = []
+            adapters[a].advertisements = []
+            if let p = adapters[a].asPeripheral { installServer(p) }
+        }
         objects = objects.filter { entry in
             switch entry.value {
             case .root, .node, .control: return true
@@ -63,6 +69,7 @@ extension Engine {
     /// devices, then the adapter). Bonded devices stay in its storage for when it comes back.
     func unplug(_ a: Int) {
         log("\(adapters[a].config.id) removed")
+        localAdapterGone(a)
         adapters[a].discoveryClients = [:]
         adapters[a].discovering = false
         adapters[a].discoveryFound = []
@@ -119,6 +126,7 @@ extension Engine {
         }
         if devices[d].hasGATT {
             devices[d].link = .idle
+            centralLinkChanged(d, up: false)
             for c in devices[d].gatt.characteristics.indices { failPendingRequests(d, characteristic: c) }
             for x in devices[d].gatt.descriptors.indices { failPendingRequests(d, descriptor: x) }
             for call in devices[d].disconnectCalls { reply(call) }

@@ -8,6 +8,7 @@ extension Engine {
         guard interfaces(of: ref).contains(interface) else { return nil }
         switch (ref, interface) {
         case (.adapter(let a), Interface.adapter): return adapterProperties(a)
+        case (.adapter(let a), Interface.advertisingManager): return advertisingManagerProperties(a)
         case (.device(let d), Interface.device): return deviceProperties(d)
         case (.service(let d, let s), Interface.service): return serviceProperties(d, s)
         case (.characteristic(let d, let c), Interface.characteristic): return characteristicProperties(d, c)

@@ -40,6 +40,8 @@ extension Engine {
         let peripheral = peripherals[p]
         // A connected peripheral stops advertising (to every adapter); an absent one is not heard.
         guard !peripheral.faults.outOfRange, !peripheral.retired, linked(p) == nil else { return }
+        // An adapter advertises its registered advertisements, in turn, while it is on.
+        guard takeTurn(p) else { return }
         let listening = adapters.indices.filter { a in
             (only == nil || only == a) && adapters[a].usable && adapters[a].discovering && peripheral.rssi[a] != nil
                 && !devices[peripheral.entries[a]].blocked
@@ -149,7 +151,7 @@ extension Engine {
     }
 
     /// BlueZ's TemporaryTimeout: a device nobody connected to or paired with goes away.
-    private func scheduleTemporaryRemoval(_ d: Int) {
+    func scheduleTemporaryRemoval(_ d: Int) {
         let seconds = adapterConfig(d).temporaryTimeoutSec
         guard seconds > 0 else { return }
         let id = makeID()

@@ -9,7 +9,7 @@ extension Engine {
         for p in peripherals.indices { startTimers(p) }
     }
 
-    private func startTimers(_ p: Int) {
+    func startTimers(_ p: Int) {
         let config = peripherals[p].config
         tasks.every(milliseconds: config.advertisingIntervalMs) { await self.advertiseWhileCurrent(p) }
         if let sensor = config.sensor {

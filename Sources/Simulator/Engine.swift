@@ -38,6 +38,15 @@ actor Engine {
     var started = false
     /// bluetoothd is not running (`Restart`): nothing it would signal goes out.
     var down = false
+    /// Hands a message to the simulator's queue (signals of the clients followed by `watch`).
+    var deliver: (@Sendable (Message) -> Void)?
+    /// Clients with registered applications whose PropertiesChanged signals are followed.
+    var watched: [String: Watch] = [:]
+
+    enum Watch: Equatable, Sendable {
+        case pending
+        case subscribed(SubscriptionID)
+    }
 
     enum ObjectRef: Hashable, Sendable {
         case root, node, bluez, control
@@ -78,6 +87,8 @@ actor Engine {
 
     /// The entry through which the peripheral has its link (ATT up), if it has one.
     func linked(_ p: Int) -> Int? { peripherals[p].entries.first { devices[$0].hasGATT } }
+
+    func setDeliver(_ deliver: @escaping @Sendable (Message) -> Void) { self.deliver = deliver }
 
     func makeID() -> Int {
         nextID += 1
@@ -138,7 +149,8 @@ actor Engine {
 
     func handle(_ message: Message) {
         switch message.kind {
-        case .signal: nameOwnerChanged(message)
+        case .signal:
+            if message.member == "NameOwnerChanged" { nameOwnerChanged(message) } else { applicationSignal(message) }
         case .methodCall: dispatch(message)
         default: break
         }
@@ -171,6 +183,8 @@ actor Engine {
         case (Interface.agentManager, _): agentManagerCall(call, member: member, sender: sender)
         case (Interface.profileManager, _): reply(call)
         case (Interface.adapter, .adapter(let a)): adapterCall(call, member: member, adapter: a, sender: sender)
+        case (Interface.gattManager, .adapter(let a)): gattManagerCall(call, member: member, adapter: a, sender: sender)
+        case (Interface.advertisingManager, .adapter(let a)): advertisingManagerCall(call, member: member, adapter: a, sender: sender)
         case (Interface.device, .device(let d)): deviceCall(call, member: member, device: d, sender: sender)
         case (Interface.characteristic, .characteristic(let d, let c)): characteristicCall(call, member: member, device: d, characteristic: c, sender: sender)
         case (Interface.descriptor, .descriptor(let d, let x)): descriptorCall(call, member: member, device: d, descriptor: x)
@@ -195,6 +209,8 @@ actor Engine {
             }
             if devices[d].pairing?.sender == name { pairingCallerLeft(d) }
         }
+        localClientVanished(name)
+        unwatch(name)
     }
 
     // MARK: - Objects
@@ -219,7 +235,7 @@ actor Engine {
         case .root: return standard + [Interface.objectManager]
         case .node: return [Interface.introspectable]
         case .bluez: return standard + [Interface.agentManager, Interface.profileManager]
-        case .adapter: return standard + [Interface.adapter]
+        case .adapter: return standard + [Interface.adapter, Interface.gattManager, Interface.advertisingManager]
         case .control: return standard + [Interface.control]
         case .device: return standard + [Interface.device]
         case .service: return standard + [Interface.service]

@@ -1,11 +1,13 @@
 import BLE
+import DBus
 import Glibc
 
 /// One simulated peripheral as it is in the room: what it advertises and how loud each adapter
 /// hears it, its GATT server, how it pairs, its faults. bluetoothd's views of it (one Device1
 /// per adapter) are `DeviceState`s; it holds one link at a time, through one of them.
 struct Peripheral: Sendable {
-    let config: SimulatorConfiguration.Device
+    /// What it advertises changes for an adapter's own advertisements (`local`).
+    var config: SimulatorConfiguration.Device
     var faults: SimulatorConfiguration.Faults
     /// Connect attempts that still fail with `faults.connectError`; nil = all.
     var connectFailuresLeft: Int?
@@ -25,6 +27,9 @@ struct Peripheral: Sendable {
     var pairingConfig: SimulatorConfiguration.Pairing
     /// Its serial port, if it is a UART module (`SetUART` replaces the settings).
     var uart: UARTState
+    /// One of the simulator's adapters, as other adapters hear it: what its registered
+    /// advertisements send, and its registered applications as its GATT server.
+    var local: LocalServer?
 
     init(config: SimulatorConfiguration.Device, adapters: [SimulatorConfiguration.Adapter]) {
         self.config = config
@@ -75,4 +80,23 @@ struct GATTServer: Sendable {
     var databaseHash: [UInt8]? {
         table.characteristics.firstIndex { $0.uuid == AttributeTable.databaseHash }.map { values[$0] }
     }
+}
+
+/// An adapter in the peripheral role: its GATT server is its registered applications (requests
+/// go to their objects) and it advertises its registered advertisements in turn.
+struct LocalServer: Sendable {
+    let adapter: Int
+    /// The application object behind each characteristic of the server's table, and behind
+    /// each descriptor (nil: one bluetoothd serves itself, the CCCD or extended properties).
+    var characteristics: [ServedObject] = []
+    var descriptors: [ServedObject?] = []
+    /// Characteristics whose application was told StartNotify (a central subscribed).
+    var notifying: Set<ServedObject> = []
+    /// The advertisement sent last (they take turns, as the kernel rotates instances).
+    var turn = 0
+}
+
+struct ServedObject: Sendable, Hashable {
+    let owner: String
+    let path: ObjectPath
 }

@@ -3,8 +3,10 @@ import DBus
 import Synchronization
 
 /// A stand-in for bluetoothd 5.66: owns `org.bluez` on the bus of `connection` and serves the
-/// configured adapters (hci0, …) and the peripherals around them through the BlueZ D-Bus API,
-/// plus the `io.gattway.Simulator1` control interface at /io/gattway/simulator:
+/// configured adapters (hci0, …) and the peripherals around them through the BlueZ D-Bus API
+/// (with the peripheral role: an adapter's registered advertisements and GATT applications are
+/// heard and reached by the other adapters), plus the `io.gattway.Simulator1` control
+/// interface at /io/gattway/simulator:
 ///
 /// - `SetFault(s address, s faultJSON)` replaces a device's faults (`SimulatorConfiguration.Faults`)
 /// - `ClearFaults(s address)` ("" = every device)
@@ -83,6 +85,7 @@ public final class Simulator: Sendable {
         let id = try await connection.subscribe(MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus",
                                                           member: "NameOwnerChanged")) { signal in inbox.yield(signal) }
         subscription.withLock { $0 = id }
+        await engine.setDeliver { inbox.yield($0) }
         await engine.start()
         try await connection.requestName("org.bluez")
         await engine.announce()

@@ -31,11 +31,15 @@ extension SimulatorConfiguration {
         public var attTimeoutMs: Int
         /// Properties bluetoothd exports only with `--experimental` (Device1.AdvertisingFlags).
         public var experimental: Bool
+        /// How many advertisements it sends at once (LEAdvertisingManager1's SupportedInstances
+        /// with none registered); 5 is the kernel's number for controllers that rotate legacy
+        /// advertisements (HCI_MAX_ADV_INSTANCES), as the lab's btvirt does.
+        public var advertisingInstances: Int
 
         public init(id: String = "hci0", address: BluetoothAddress = Adapter.defaultAddress(0), name: String = "gattway-sim",
                     powered: Bool = true, maxConnections: Int = 7, temporaryTimeoutSec: Int = 30, disconnectDelayMs: Int = 100,
                     connectTimeoutMs: Int = 20_000, pairingTimeoutMs: Int = 30_000, attTimeoutMs: Int = 30_000,
-                    experimental: Bool = false) {
+                    experimental: Bool = false, advertisingInstances: Int = 5) {
             self.id = id
             self.address = address
             self.name = name
@@ -47,6 +51,7 @@ extension SimulatorConfiguration {
             self.pairingTimeoutMs = pairingTimeoutMs
             self.attTimeoutMs = attTimeoutMs
             self.experimental = experimental
+            self.advertisingInstances = advertisingInstances
         }
 
         /// The defaults of the adapter at `index` in the list: hci<index>, 00:1A:7D:DA:71:13 counted up.
@@ -60,7 +65,7 @@ extension SimulatorConfiguration {
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case id, address, name, powered, maxConnections, temporaryTimeoutSec, disconnectDelayMs, connectTimeoutMs
-            case pairingTimeoutMs, attTimeoutMs, experimental
+            case pairingTimeoutMs, attTimeoutMs, experimental, advertisingInstances
         }
 
         public init(from decoder: any Decoder) throws {
@@ -82,6 +87,7 @@ extension SimulatorConfiguration {
             pairingTimeoutMs = try c.decodeInt(.pairingTimeoutMs, default: d.pairingTimeoutMs, in: 1...600_000)!
             attTimeoutMs = try c.decodeInt(.attTimeoutMs, default: d.attTimeoutMs, in: 1...600_000)!
             experimental = try c.decode(.experimental, default: d.experimental)
+            advertisingInstances = try c.decodeInt(.advertisingInstances, default: d.advertisingInstances, in: 0...255)!
         }
     }
 

@@ -10,9 +10,10 @@ let usage = """
     usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--print-config] [--help]
 
     Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0 (and more),
-    Device1, GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1)
-    on a D-Bus bus, with simulated BLE peripherals. BlueZ clients such as bleak or gattway talk
-    to it as to bluetoothd.
+    Device1, GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1,
+    and the peripheral role's GattManager1 and LEAdvertisingManager1, an adapter's
+    advertisements and applications reached from the other adapters) on a D-Bus bus, with
+    simulated BLE peripherals. BlueZ clients such as bleak or gattway talk to it as to bluetoothd.
 
     Options:
       --bus ADDRESS   serve on this bus (e.g. unix:path=/run/dbus/system_bus_socket). Without

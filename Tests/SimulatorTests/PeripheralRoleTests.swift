@@ -1,0 +1,220 @@
+import BLE
+import DBus
+import Testing
+@testable import Simulator
+
+/// The peripheral role as bluetoothd 5.66 serves it: GattManager1 and LEAdvertisingManager1 on
+/// each adapter, and another adapter as the remote central that hears the advertisement,
+/// connects and reaches the registered application.
+@Suite(.serialized) struct PeripheralRoleTests {
+    static let hci0Address = "00:1A:7D:DA:71:13"
+    static let hci1Address = "00:1A:7D:DA:71:14"
+    /// The central's view of hci0, and hci0's view of the central.
+    static let served = Sim.devicePath(hci0Address, on: "hci1")
+    static let central = Sim.devicePath(hci1Address, on: "hci0")
+
+    static func configuration(instances: Int = 5) -> SimulatorConfiguration {
+        var hci0 = SimulatorConfiguration.Adapter.numbered(0)
+        hci0.advertisingInstances = instances
+        var hci1 = SimulatorConfiguration.Adapter.numbered(1)
+        hci1.connectTimeoutMs = 300
+        return SimulatorConfiguration(adapters: [hci0, hci1], devices: [])
+    }
+
+    /// The object with `uuid` under the central's device for hci0.
+    static func object(_ sim: Sim, _ interface: String, _ uuid: String) async throws -> String {
+        let want = BluetoothUUID(uuid)!.uuidString
+        let found = try await sim.managedObjects().first { path, interfaces in
+            path.rawValue.hasPrefix(served + "/") && interfaces[interface]?["UUID"]?.string == want
+        }
+        guard let found else { throw BusError(name: "test.NotFound", message: uuid) }
+        return found.key.rawValue
+    }
+
+    @Test("RegisterApplication reads the tree, sets each Handle before it answers; bluetoothd's errors")
+    func registrationAndHandles() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        // The Handle calls came before the reply: they are recorded already.
+        #expect(app.handle(TestApplication.servicePath) == 0x000A)
+        #expect(app.handle(TestApplication.valuePath) == 0x000C)  // the value handle, after the declaration
+        #expect(app.handle(TestApplication.descriptorPath) == 0x000E)  // after the CCCD bluetoothd adds
+        #expect(app.handle(TestApplication.refusedPath) == 0x0010)
+        #expect(app.calls("Set").first?.body.first == .string(Interface.service))
+        await expectError("org.bluez.Error.AlreadyExists") { try await app.register() }
+        await expectError("org.bluez.Error.DoesNotExist") {
+            try await sim.call("/org/bluez/hci0", Interface.gattManager, "UnregisterApplication", [.objectPath(ObjectPath("/nothing")!)],
+                               from: app.connection)
+        }
+        // The same tree on hci1 gets its own database; an unregistered one can come back.
+        try await app.register(on: "hci1")
+        try await sim.call("/org/bluez/hci0", Interface.gattManager, "UnregisterApplication", [.objectPath(TestApplication.appPath)],
+                           from: app.connection)
+        try await app.register()
+
+        // A characteristic of no service is refused, and nothing of it stays.
+        let other = try TestApplication(sim)
+        other.tree.withLock { $0 = [$0[1]] }
+        await expectError("org.bluez.Error.InvalidArguments") { try await other.register() }
+        other.tree.withLock { $0 = [] }
+        await expectError("org.bluez.Error.Failed", "No object received") { try await other.register() }
+    }
+
+    @Test("a requested handle is kept; a taken range fails as gatt_db does")
+    func requestedHandles() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let first = try TestApplication(sim)
+        first.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0040))) }
+        try await first.register()
+        #expect(first.handle(TestApplication.servicePath) == 0x0040)
+        #expect(first.handle(TestApplication.valuePath) == 0x0042)
+        let second = try TestApplication(sim)
+        second.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0041))) }
+        await expectError("org.bluez.Error.Failed", "Failed to create entry in database") { try await second.register() }
+        second.tree.withLock { $0[0].1[0].1.removeLast() }
+        try await second.register()
+        #expect(second.handle(TestApplication.servicePath) == 0x0047)  // after the highest handle in use
+    }
+
+    @Test("SupportedInstances counts the free instances; past them NotPermitted; a bad advertisement is refused")
+    func advertisementInstances() async throws {
+        let sim = try await Sim.start(Self.configuration(instances: 2))
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "SupportedInstances") == .byte(2))
+        try await app.advertise()
+        try await app.advertise(path: ObjectPath("/test/adv2")!)
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(2))
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "SupportedInstances") == .byte(0))
+        await expectError("org.bluez.Error.NotPermitted", "Maximum advertisements reached") {
+            try await app.advertise(path: ObjectPath("/test/adv3")!)
+        }
+        await expectError("org.bluez.Error.AlreadyExists") { try await app.advertise() }
+        try await sim.call("/org/bluez/hci0", Interface.advertisingManager, "UnregisterAdvertisement",
+                           [.objectPath(TestApplication.advertisementPath)], from: app.connection)
+        app.advertisement.withLock { $0 = [("Type", .string("sideways"))] }
+        await expectError("org.bluez.Error.Failed", "Failed to parse advertisement.") { try await app.advertise() }
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
+    }
+
+    @Test("another adapter hears the advertisement, connects, reads, writes and subscribes through the application")
+    func aCentralOnAnotherAdapter() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        let heard = sim.mark
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        let added = try await sim.signal(after: heard) { $0.adds(Self.served) }
+        let device = Connection.interfaces(added.body[1])[Interface.device]
+        #expect(device?["Name"] == .string("sim-periph"))
+        #expect(device?["UUIDs"] == .strings([BluetoothUUID(TestApplication.service)!.uuidString]))
+        #expect(device?["RSSI"] != nil)
+        #expect(device?["ManufacturerData"]?.dictionaryEntries?.first?.key == .uint16(0xFFFF))
+        // hci0 does not hear itself.
+        #expect(try await sim.managedObjects()[ObjectPath(Sim.devicePath(Self.hci0Address))!] == nil)
+
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        #expect(try await sim.property(Self.central, Interface.device, "Connected") == .bool(true))
+        let value = try await Self.object(sim, Interface.characteristic, TestApplication.value)
+        #expect(value == Self.served + "/service000a/char000b")
+        #expect(try await sim.read(value) == Array("hello".utf8))
+        let read = try await app.call("ReadValue", TestApplication.valuePath)
+        let options = read.body[0].stringDictionary
+        #expect(options?["device"]?.unwrapped == .objectPath(ObjectPath(Self.central)!))
+        #expect(options?["link"]?.unwrapped == .string("LE"))
+        #expect(options?["mtu"]?.unwrapped == .uint16(247))
+        #expect(options?["offset"] == nil)
+        let description = try await Self.object(sim, Interface.descriptor, "2901")
+        #expect(try await sim.read(description) == Array("greeting".utf8))
+
+        // The application's NotPermitted is the ATT error the central's bluetoothd reports.
+        let refused = try await Self.object(sim, Interface.characteristic, TestApplication.refused)
+        await expectError("org.bluez.Error.NotPermitted", "Read not permitted") { _ = try await sim.read(refused) }
+
+        try await sim.write(value, [1, 2], type: "request")
+        let write = try await app.call("WriteValue", TestApplication.valuePath)
+        #expect(write.body[0] == .bytes([1, 2]))
+        #expect(write.body[1].stringDictionary?["type"]?.unwrapped == .string("request"))
+        try await sim.write(value, [3], type: "command")
+        let command = try await app.call("WriteValue", TestApplication.valuePath, count: 2)
+        #expect(command.body[1].stringDictionary?["type"]?.unwrapped == .string("command"))
+
+        try await sim.call(value, Interface.characteristic, "StartNotify")
+        try await app.call("StartNotify", TestApplication.valuePath)
+        let before = sim.mark
+        try app.changeValue([0x21])
+        try app.changeValue([0x22])
+        try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x21])) }
+        try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x22])) }
+
+        // The served side ends it: the central's link goes, the application hears StopNotify.
+        let ending = sim.mark
+        try await sim.call(Self.central, Interface.device, "Disconnect")
+        try await sim.signal(after: ending) { $0.changes(Self.served, Interface.device, "Connected", .bool(false)) }
+        try await sim.signal(after: ending) { $0.changes(Self.central, Interface.device, "Connected", .bool(false)) }
+        try await app.call("StopNotify", TestApplication.valuePath)
+    }
+
+    @Test("the application's owner leaving unregisters it; a removed adapter releases its advertisements")
+    func ownerLeavesAndAdapterGoes() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
+        let left = sim.mark
+        app.connection.close()
+        try await sim.signal(after: left) { $0.changes("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances", .byte(0)) }
+        let again = try TestApplication(sim)
+        try await again.register()
+        #expect(again.handle(TestApplication.servicePath) == 0x000A)  // the first application's handles are free again
+
+        try await again.advertise()
+        _ = try await sim.control("RemoveAdapter", [.string("hci0")])
+        try await again.call("Release", TestApplication.advertisementPath)
+    }
+
+    @Test("powered off, the serving adapter drops its centrals and is not heard; its registrations stay for when it is on")
+    func servingAdapterPoweredOff() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let off = sim.mark
+        _ = try await sim.control("SetAdapterPowered", [.string("hci0"), .bool(false)])
+        try await sim.signal(after: off) { $0.changes(Self.served, Interface.device, "Connected", .bool(false)) }
+        try await sim.signal(after: off) { $0.changes(Self.central, Interface.device, "Connected", .bool(false)) }
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
+        await expectError("org.bluez.Error.Failed", "le-connection-abort-by-local") { try await sim.connect(Self.hci0Address, on: "hci1") }
+        _ = try await sim.control("SetAdapterPowered", [.string("hci0"), .bool(true)])
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let value = try await Self.object(sim, Interface.characteristic, TestApplication.value)
+        #expect(try await sim.read(value) == Array("hello".utf8))
+        #expect(app.calls("Release").isEmpty)
+    }
+
+    @Test("the application's other errors reach the central as bluetoothd maps them: Failed is ATT 0x80")
+    func applicationErrors() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim, refusal: "org.bluez.Error.Failed")
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        let refused = try await Self.object(sim, Interface.characteristic, TestApplication.refused)
+        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: 0x80") { _ = try await sim.read(refused) }
+        // Its flags do not allow writes: bluetoothd refuses without asking the application.
+        await expectError("org.bluez.Error.NotPermitted", "Write not permitted") { try await sim.write(refused, [1], type: "request") }
+        #expect(app.calls("WriteValue").isEmpty)
+    }
+}
