@@ -1,0 +1,69 @@
+import Testing
+import BLE
+import DBus
+import Simulator
+import Synchronization
+@testable import BlueZ
+
+/// gattway's peripheral on the simulator's hci0 and gattway's own central on hci1, in one
+/// process: the two pieces of issue 34 meeting through BlueZ's documented API.
+@Suite(.serialized) struct PeripheralOnSimulatorTests {
+    private static let serviceUUID = BluetoothUUID("5a1e0001-0000-4000-8000-00805f9b34fb")!
+    private static let charUUID = BluetoothUUID("5a1e0002-0000-4000-8000-00805f9b34fb")!
+
+    @Test func ownCentralOnHci1ScansConnectsReadsWritesAndIsNotifiedByThePeripheralOnHci0() async throws {
+        let bus = try PrivateBus()
+        let server = try Connection(address: bus.address)
+        let simulator = Simulator(connection: server, configuration: SimulatorConfiguration(adapters: [.numbered(0), .numbered(1)], devices: []))
+        let address = bus.address
+        let central = BlueZCentral { () throws(BusError) in try Connection(address: address) }
+        defer {
+            central.close()
+            simulator.stop()
+            server.close()
+            bus.stop()
+        }
+        try await simulator.start()
+        let centralEvents = EventLog()
+        let peripheralEvents = EventLogOf<PeripheralEvent>()
+        central.setEventHandler { centralEvents.append($0) }
+        central.peripheral.setEventHandler { peripheralEvents.append($0) }
+        await central.start()
+        let requests = Mutex<[PeripheralRequest]>([])
+        central.peripheral.setRequestHandler { request in
+            requests.withLock { $0.append(request) }
+            if case .read = request.kind { return .value(Array("21.5".utf8)) }
+            return .done
+        }
+
+        let service = try await central.peripheral.add(LocalService(uuid: Self.serviceUUID, characteristics: [
+            LocalCharacteristic(uuid: Self.charUUID, properties: [.read, .write, .notify], permissions: [.readable, .writeable]),
+        ], adapter: "hci0"))
+        #expect(service.registered && service.handle != nil && service.characteristicHandles.allSatisfy { $0 != nil })
+        let advertisement = try await central.peripheral.startAdvertising(AdvertisementDefinition(localName: "gattway-integ",
+                                                                                                   serviceUUIDs: [Self.serviceUUID], adapter: "hci0"))
+        #expect(advertisement.registered)
+
+        _ = try await central.startScan(ScanOptions())
+        let heard = try await centralEvents.wait(what: "the advertisement") {
+            if case .advertisement(let p) = $0 { p.name == "gattway-integ" } else { false }
+        }
+        guard case .advertisement(let info) = heard else { return }
+        _ = try await central.stopScan()
+        _ = try await central.connect(info.id, timeout: .seconds(10), autoReconnect: false, adapter: "hci1")
+        let ref = CharacteristicRef(.uuid(Self.charUUID))
+        let read = try await central.readValue(info.id, ref, offset: 0)
+        #expect(read.value == Array("21.5".utf8))
+        _ = try await central.writeValue(info.id, ref, [7, 8], type: .withResponse, fragment: false)
+        #expect(requests.withLock { $0.map(\.kind) } == [.read, .write([7, 8], withResponse: true)])
+        #expect(requests.withLock { $0.first?.central } != nil)
+
+        let characteristic = try await central.characteristic(info.id, ref)
+        #expect(try await central.setNotifyValue(true, info.id, characteristic: characteristic.handle))
+        let attribute = LocalAttribute(service: service.id, characteristic: 0)
+        _ = try await peripheralEvents.wait(what: "subscribed") { $0 == .subscription(attribute, central: nil, subscribed: true) }
+        _ = try await peripheralEvents.wait(what: "the central") { if case .central(_, "hci0", true) = $0 { true } else { false } }
+        #expect(try await central.peripheral.updateValue([0x42], for: attribute))
+        _ = try await centralEvents.wait(what: "the notification") { if case .value(let v) = $0 { v.value == [0x42] } else { false } }
+    }
+}
