@@ -12,11 +12,17 @@ import Synchronization
 /// → {"op": "write", "id": "4", "device": "F0:..", "characteristic": "ffe1", "value": "hi", "format": "utf8", "withResponse": false}
 /// ← {"op": "error", "id": "4", "error": {"domain": ..., "code": ..., "name": ..., "message": ...}}
 /// → {"op": "subscribe", "id": "5", "types": ["sensor"], "everyPacket": true}   (every packet, not only changes)
+/// → {"op": "claim", "id": "6", "characteristic": "5a1e0002-…", "format": "utf8"}   (the peripheral role's)
+/// ← {"op": "ack", "id": "6", "subscription": "s2"}, then {"type": "peripheralRead", "request": "r1", …}
+/// → {"op": "respond", "id": "7", "request": "r1", "value": "21.5", "format": "utf8"}   (or "error": "readNotPermitted")
+/// → {"op": "unclaim", "id": "8", "subscription": "s2"}
 /// ```
 package final class CommandSession: Sendable {
     private let gateway: Gateway
     private let client: StreamClient
-    private let state = Mutex<(next: Int, holds: [String: NotificationHolds.Key])>((0, [:]))
+    private let state = Mutex<(next: Int, holds: [String: NotificationHolds.Key], claims: [String: LocalAttribute])>((0, [:], [:]))
+    /// Who this socket is to the peripheral role, once it claims a characteristic.
+    private let owner = Mutex<Int?>(nil)
     /// Opened with a read-only token: subscribe and read, never write.
     private let readOnly: Bool
 
@@ -38,12 +44,16 @@ package final class CommandSession: Sendable {
         var withResponse: Bool?
         var offset: Int?
         var everyPacket: Bool?
+        /// `respond`: the request answered, and the ATT error (a name or a code) instead of a value.
+        var request: String?
+        var error: ATTErrorName?
         package enum CodingKeys: String, CodingKey, CaseIterable {
-            case op, id, types, device, characteristic, format, subscription, value, withResponse, offset, everyPacket
+            case op, id, types, device, characteristic, format, subscription, value, withResponse, offset, everyPacket, request, error
         }
 
         package init(op: String, id: String?, types: [String]?, device: String?, characteristic: String?, format: String?,
                      subscription: String?, value: String?, withResponse: Bool?, offset: Int?, everyPacket: Bool?) {
+            (request, error) = (nil, nil)
             (self.op, self.id, self.types, self.device, self.characteristic, self.format) = (op, id, types, device, characteristic, format)
             (self.subscription, self.value, self.withResponse, self.offset, self.everyPacket) = (subscription, value, withResponse, offset, everyPacket)
         }
@@ -104,12 +114,45 @@ package final class CommandSession: Sendable {
             }
             client.select(selection, as: name)
             return Reply(op: "ack", id: command.id, subscription: name)
-        case "unsubscribe":
+        case "unsubscribe", "unclaim":
             guard let name = command.subscription, client.deselect(name) != nil else {
                 throw BLEError(.invalidParameters, "no subscription \"\(command.subscription ?? "")\" on this socket")
             }
-            if let hold = state.withLock({ $0.holds.removeValue(forKey: name) }) { await gateway.holds.release(hold) }
+            let (hold, claim) = state.withLock { ($0.holds.removeValue(forKey: name), $0.claims.removeValue(forKey: name)) }
+            if let hold { await gateway.holds.release(hold) }
+            if let claim, let owner = owner.withLock({ $0 }) { gateway.peripheral?.unclaim(owner: owner, claim) }
             return Reply(op: "ack", id: command.id, subscription: name)
+        case "claim":
+            let role = try writableRole(command)
+            guard let text = command.characteristic else { throw BLEError(.invalidParameters, "claim needs a characteristic") }
+            let format = try Parse.format(command.format)
+            let me = owner.withLock { o in
+                if o == nil { o = role.newOwner() }
+                return o!
+            }
+            let (attribute, service) = try role.claim(text, owner: me)
+            let uuid = service.service.characteristics[attribute.characteristic].uuid
+            let name = state.withLock { s -> String in
+                s.next += 1
+                s.claims["s\(s.next)"] = attribute
+                return "s\(s.next)"
+            }
+            client.select(Selection(types: [EventTypes(.peripheralRead), EventTypes(.peripheralWrite)], characteristic: .uuid(uuid), format: format),
+                          as: name)
+            return Reply(op: "ack", id: command.id, subscription: name, characteristic: uuid.uuidString)
+        case "respond":
+            let role = try writableRole(command)
+            guard let request = command.request else { throw BLEError(.invalidParameters, "respond needs the request's id (\"request\")") }
+            guard let me = owner.withLock({ $0 }) else { throw BLEError(.invalidParameters, "this socket claimed no characteristic") }
+            let response: PeripheralResponse
+            switch (command.value, command.error) {
+            case (let text?, nil): response = .value(try Parse.format(command.format).decode(text))
+            case (nil, let error?): response = .error(error.code)
+            case (nil, nil): response = .done
+            case (_?, _?): throw BLEError(.invalidParameters, "respond takes a value or an error, not both")
+            }
+            try role.respond(request, owner: me, with: response)
+            return Reply(op: "ack", id: command.id)
         case "read":
             let (device, ref) = try target(command)
             let format = try Parse.format(command.format)
@@ -134,8 +177,19 @@ package final class CommandSession: Sendable {
             return Reply(op: "result", id: command.id, device: device.description, characteristic: handleText(outcome.handle),
                          written: outcome.written)
         default:
-            throw BLEError(.invalidParameters, "unknown op \"\(command.op)\"; ops are subscribe, unsubscribe, read, write")
+            throw BLEError(.invalidParameters, "unknown op \"\(command.op)\"; ops are subscribe, unsubscribe, read, write, claim, unclaim, respond")
         }
+    }
+
+    /// The peripheral role, for a socket that may change it.
+    private func writableRole(_ command: Command) throws(BLEError) -> PeripheralRole {
+        guard !readOnly else {
+            throw BLEError(att: .insufficientAuthorization, "this socket was opened with a read-only token: it may not \(command.op)")
+        }
+        guard let role = gateway.peripheral else {
+            throw BLEError(.operationNotSupported, "this gattway has no peripheral role (its Bluetooth stack offers none)")
+        }
+        return role
     }
 
     private func target(_ command: Command) throws(BLEError) -> (BluetoothAddress, CharacteristicRef) {
@@ -152,5 +206,6 @@ package final class CommandSession: Sendable {
             return Array(s.holds.values)
         }
         for hold in holds { await gateway.holds.release(hold) }
+        if let me = owner.withLock({ $0 }) { gateway.peripheral?.unclaim(owner: me) }
     }
 }

@@ -7,8 +7,10 @@ import Threading
 /// Notifications take the hand-written path of `EventEncodings`, with the same fields.
 package struct EventBody: Encodable {
     package struct Attribute: Encodable {
-        var handle: String
+        var handle: String?
         var uuid: String?
+        /// A local service's id (the peripheral role's events).
+        var id: Int?
     }
 
     package var type: String
@@ -58,6 +60,11 @@ package struct EventBody: Encodable {
     package var uuid: String?
     // dropped
     package var count: Int?
+    // the peripheral role's (the central also in `device`, the adapter in `adapter`)
+    package var central: String?
+    package var descriptor: String?
+    package var offset: Int?
+    package var withResponse: Bool?
 
     package init(_ event: HubEvent, format: ValueFormat, subscription: String?, sequence: UInt64?) {
         type = event.type.rawValue
@@ -72,7 +79,28 @@ package struct EventBody: Encodable {
             sensor = update.reading
             rssi = update.rssi
             changed = update.changed
+        case .peripheral(let notice):
+            fill(notice, format: format)
         }
+    }
+
+    /// The fields of the peripheral role's event.
+    private mutating func fill(_ notice: PeripheralNotice, format: ValueFormat) {
+        central = notice.central?.description
+        adapter = notice.adapter
+        if let a = notice.attribute {
+            service = Attribute(uuid: a.serviceUUID.uuidString, id: a.service)
+            characteristic = Attribute(handle: a.handle.map(handleText), uuid: a.characteristic.uuidString)
+            descriptor = a.descriptor?.uuidString
+        }
+        offset = notice.offset
+        if let v = notice.value {
+            value = format.encode(v)
+            self.format = format.rawValue
+        }
+        withResponse = notice.withResponse
+        request = notice.request
+        error = notice.error.map { ErrorBody($0).error }
     }
 
     /// The fields of a central's event.

@@ -23,7 +23,10 @@ package struct EventEncodings {
 
     /// The shared part of the event's JSON in `format` (which only notifications depend on).
     package mutating func open(_ format: ValueFormat) -> [UInt8] {
-        let key: ValueFormat = if case .central(.value) = event.event { format } else { .hex }
+        let key: ValueFormat = switch event.event {
+        case .central(.value), .peripheral: format
+        default: .hex
+        }
         if let cached = self[key] { return cached }
         let encoded = Self.encode(event, format: key, fragments: fragments)
         self[key] = encoded

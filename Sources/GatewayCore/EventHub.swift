@@ -6,6 +6,8 @@ import Threading
 /// The kinds of stream event, as clients select them (`?types=`).
 package enum EventType: String, CaseIterable, Sendable {
     case state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged, adapter
+    // The peripheral role's.
+    case centralConnected, centralDisconnected, subscribed, unsubscribed, peripheralRead, peripheralWrite, indicationConfirmed
 
     /// "state, advertisement, ...", for error messages.
     package static let names = allCases.map(\.rawValue).joined(separator: ", ")
@@ -15,14 +17,15 @@ package enum EventType: String, CaseIterable, Sendable {
 package enum StreamEvent: Sendable {
     case central(CentralEvent)
     case sensor(SensorBoard.Update)
+    case peripheral(PeripheralNotice)
 }
 
 /// A set of event types, as bits: selections are checked for every event and every client.
 package struct EventTypes: OptionSet, Sendable, Hashable {
-    package let rawValue: UInt16
-    package init(rawValue: UInt16) { self.rawValue = rawValue }
-    package init(_ type: EventType) { rawValue = 1 << UInt16(EventType.allCases.firstIndex(of: type)!) }
-    package static let all = EventTypes(rawValue: (1 << UInt16(EventType.allCases.count)) - 1)
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
+    package init(_ type: EventType) { rawValue = 1 << UInt32(EventType.allCases.firstIndex(of: type)!) }
+    package static let all = EventTypes(rawValue: (1 << UInt32(EventType.allCases.count)) - 1)
 
     package func contains(_ type: EventType) -> Bool { contains(EventTypes(type)) }
 }
@@ -76,6 +79,10 @@ package final class HubEvent: Sendable {
         case .sensor(let update):
             (type, device) = (.sensor, update.device)
             unchanged = !update.changed
+        case .peripheral(let notice):
+            // `device` is the central: `?device=` follows one phone.
+            (type, device) = (notice.kind.type, notice.central)
+            (handle, uuid) = (notice.attribute?.handle, notice.attribute?.characteristic)
         }
         characteristicHandle = handle
         characteristicUUID = uuid
@@ -108,7 +115,7 @@ package struct Selection: Sendable, Equatable {
             || (event.type == .hold && characteristic != nil && types.contains(.notification))
         guard selected, everyPacket || !event.unchanged else { return false }
         if let device, event.device != device { return false }
-        if let characteristic, event.type == .notification || event.type == .hold {
+        if let characteristic, event.type == .notification || event.type == .hold || event.type.namesLocalCharacteristic {
             switch characteristic {
             case .handle(let h): if event.characteristicHandle != h { return false }
             case .uuid(let u): if event.characteristicUUID != u { return false }

@@ -31,6 +31,8 @@ public final class Gateway: Sendable {
     package let reconnectAttempts = Atomic<Int>(0)
     package let resubscriptions = ResubscriptionCounters()
     package let started = ContinuousClock.now
+    /// The peripheral role, when the stack offers one.
+    package let peripheral: PeripheralRole?
 
     /// - Parameters:
     ///   - keepAliveInterval: how often an idle event stream gets a keep-alive, so that proxies keep it open.
@@ -40,10 +42,11 @@ public final class Gateway: Sendable {
     ///   - idleDisconnect: how long a device connected for `connect=auto` stays connected without requests.
     ///   - sensorKeys: bind keys of devices that encrypt their sensor advertisements.
     ///   - pairingKeys: passkeys and PIN codes of devices that pair with them.
+    ///   - peripheral: the stack's peripheral role (nil: gattway is a central only).
     public init(central: Central, version: String, keepAliveInterval: Duration = .seconds(15), autoReconnect: Bool = false,
                 stateDirectory: String? = nil, blocklist: Blocklist = .standard, idleDisconnect: Duration = .seconds(60),
                 sensorKeys: SensorKeys = SensorKeys(), pairingKeys: PairingKeys = PairingKeys(),
-                log: @escaping @Sendable (String) -> Void = { _ in }) {
+                peripheral: (any PeripheralManager)? = nil, log: @escaping @Sendable (String) -> Void = { _ in }) {
         let autoPairing = AutoPairing(keys: pairingKeys, log: log)
         let central = BlocklistedCentral(base: central, blocklist: blocklist, autoPairing: autoPairing)
         self.central = central
@@ -62,6 +65,7 @@ public final class Gateway: Sendable {
         self.values = values
         let autoConnections = AutoConnections(central: central, holds: holds, idleAfter: idleDisconnect, log: log)
         self.autoConnections = autoConnections
+        self.peripheral = peripheral.map { PeripheralRole(manager: $0, hub: hub, blocklist: blocklist, restoration: restoration, log: log) }
         let advertisements = advertisements
         central.setEventHandler { [weak self] event in
             switch event {
@@ -94,7 +98,10 @@ public final class Gateway: Sendable {
     /// Restores what the state directory says (the scan, kept devices, kept holds); kept devices
     /// that cannot connect now are tried again by the central. `restoration.lastReport` says
     /// how it went.
-    public func restore() async { await restoration.restore(central: central, holds: holds) }
+    public func restore() async {
+        await restoration.restore(central: central, holds: holds)
+        await peripheral?.restore()
+    }
 
     /// `--watch`: starts watching every device, unless the state file restores a watch (with
     /// its own filters). Not recorded in the state file: the flag says it at every start.

@@ -27,6 +27,9 @@ package final class Restoration: Sendable {
         var scan: ScanRequest?
         /// The watch, as the client's request said (not one that `--watch` started).
         var watch: WatchRequest?
+        /// The peripheral role's services and advertisements, as clients defined them.
+        var services: [ServiceDefinition]?
+        var advertisements: [AdvertisementRequest]?
     }
 
     /// What the last start restored, for the doors to show.
@@ -100,6 +103,18 @@ package final class Restoration: Sendable {
 
     package func watching(_ request: WatchRequest?) {
         change { $0.watch = request }
+    }
+
+    package func peripheral(services: [ServiceDefinition], advertisements: [AdvertisementRequest]) {
+        change { d in
+            d.services = services.isEmpty ? nil : services
+            d.advertisements = advertisements.isEmpty ? nil : advertisements
+        }
+    }
+
+    /// The peripheral role's definitions as kept (at start: what the state file had).
+    package var keptPeripheral: (services: [ServiceDefinition], advertisements: [AdvertisementRequest]) {
+        desired.withLock { ($0.services ?? [], $0.advertisements ?? []) }
     }
 
     private func change(_ body: (inout Desired) -> Void) {

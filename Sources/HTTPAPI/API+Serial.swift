@@ -19,16 +19,9 @@ extension API {
         router.add("GET", "/v1/devices/{id}/serial", { request in await self.serialSocket(request) })
         router.add("GET", "/v1/serial-ports", handle { _ in SerialPortList(ports: self.serial.all.map(SerialPortBody.init)) })
         router.add("GET", "/v1/serial-ports/{port}", handle { request in SerialPortBody(try self.serialPort(request)) })
-        router.add("POST", "/v1/serial-ports", { request in
-            let layout = JSON.Layout(request)
-            do throws(BLEError) {
-                let body = try JSON.decode(SerialPortRequest.self, from: request.body)
-                let port = try self.serial.open(try body.configuration())
-                return .json(201, JSON.encode(SerialPortBody(port), layout))
-            } catch {
-                self.noteError(error, request)
-                return .error(error, layout: layout)
-            }
+        router.add("POST", "/v1/serial-ports", handle(status: 201) { request in
+            let body = try JSON.decode(SerialPortRequest.self, from: request.body)
+            return SerialPortBody(try self.serial.open(try body.configuration()))
         })
         router.add("DELETE", "/v1/serial-ports/{port}", handle { request in
             let port = try self.serialPort(request)

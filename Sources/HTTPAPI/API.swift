@@ -91,16 +91,17 @@ public final class API: Sendable {
         addPairingRoutes(to: router)
         addSerialRoutes(to: router)
         addDiagnosticRoutes(to: router)
+        addPeripheralRoutes(to: router)
         return router
     }
 
-    /// A route handler that answers 200 with `T` as JSON, or the error in the documented shape,
-    /// laid out as the request asks (`?pretty`).
-    func handle<T: Encodable & Sendable>(_ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
+    /// A route handler that answers `status` (200, or 201 for what a POST made) with `T` as
+    /// JSON, or the error in the documented shape, laid out as the request asks (`?pretty`).
+    func handle<T: Encodable & Sendable>(status: Int = 200, _ body: @escaping @Sendable (Request) async throws -> T) -> Handler {
         return { request in
             let layout = JSON.Layout(request)
             do {
-                return .json(200, JSON.encode(try await body(request), layout))
+                return .json(status, JSON.encode(try await body(request), layout))
             } catch let error as BLEError {
                 self.noteError(error, request)
                 return .error(error, layout: layout)

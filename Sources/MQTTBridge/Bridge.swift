@@ -228,7 +228,7 @@ public final class Bridge: Sendable {
         case .central(.pairing), .central(.servicesChanged):
             // What a pairing asks (answered with POST /v1/devices/{id}/pairing), and changed GATT tables.
             broker.publish(topics.event(event.type), item.json)
-        case .central(.value), .central(.advertisementChanged), .central(.resubscribed):
+        case .central(.value), .central(.advertisementChanged), .central(.resubscribed), .peripheral:
             break  // not selected by the bridge's own subscription
         }
     }

@@ -7,7 +7,7 @@ import BLE
 struct Eddystone: PayloadDecoder {
     var source: PayloadSource { .serviceData(0xFEAA) }
 
-    private enum FrameType {
+    enum FrameType {
         static let uid: UInt8 = 0x00
         static let url: UInt8 = 0x10
         static let tlm: UInt8 = 0x20
@@ -37,13 +37,13 @@ struct Eddystone: PayloadDecoder {
         return SensorReading(format: .eddystoneUID, measurements: measurements)
     }
 
-    private static let schemes = ["http://www.", "https://www.", "http://", "https://"]
-    private static let expansions = [
+    static let schemes = ["http://www.", "https://www.", "http://", "https://"]
+    static let expansions = [
         ".com/", ".org/", ".edu/", ".net/", ".info/", ".biz/", ".gov/",
         ".com", ".org", ".edu", ".net", ".info", ".biz", ".gov",
     ]
     /// The printable US-ASCII the URL encoding may carry as itself; 0x0E...0x20 and 0x7F...0xFF are reserved.
-    private static let printable: ClosedRange<UInt8> = 0x21...0x7E
+    static let printable: ClosedRange<UInt8> = 0x21...0x7E
 
     /// Tx power at 0 m, a scheme prefix, and 0...17 bytes of URL with expansion codes.
     private static func url(_ reader: inout ByteReader) -> SensorReading? {

@@ -6,7 +6,7 @@ import BLE
 struct IBeacon: PayloadDecoder {
     var source: PayloadSource { .manufacturerData(0x004C) }
 
-    private static let header: [UInt8] = [0x02, 0x15]
+    static let header: [UInt8] = [0x02, 0x15]
 
     func decode(_ payload: [UInt8], context: DecodingContext) -> SensorReading? {
         guard payload.count == 23, payload.starts(with: Self.header) else { return nil }
