@@ -61,7 +61,7 @@ func makeGateway(_ options: Options, _ loaded: Loaded, central: BlueZCentral) ->
                    keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)),
                    autoReconnect: options.autoReconnect, stateDirectory: stateDirectory(options),
                    blocklist: loaded.blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
-                   sensorKeys: loaded.sensorKeys, pairingKeys: loaded.pairingKeys, log: log)
+                   sensorKeys: loaded.sensorKeys, pairingKeys: loaded.pairingKeys, peripheral: central.peripheral, log: log)
 }
 
 /// What gattway connected on its own would be disconnected when idle: by no one, after this.
