@@ -31,8 +31,9 @@ def without(body, key):
 
 def test_every_event_type_of_the_code_and_every_reply_has_a_schema():
     source = open(os.path.join(ROOT, "Sources/GatewayCore/EventHub.swift")).read()
-    cases = re.search(r"enum EventType\b[^{]*\{\s*case ([^\n]+)", source)[1]
-    types = {name.strip() for name in cases.split(",")}
+    # Every `case` line of the enum (the cases end at its first blank line).
+    cases = re.search(r"enum EventType\b[^{]*\{(.*?)\n\s*\n", source, re.S)[1]
+    types = {name.strip() for line in re.findall(r"^\s*case ([^\n]+)", cases, re.M) for name in line.split(",")}
     assert set(contract.EVENT_SCHEMAS) == types | {"dropped"}, contract.EVENT_SCHEMAS
     assert set(contract.SCHEMAS["EventType"]["enum"]) == types
     source = open(os.path.join(ROOT, "Sources/GatewayCore/CommandSession.swift")).read()

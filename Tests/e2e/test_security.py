@@ -21,7 +21,7 @@ from conftest import ROOT, Gateway, binary, send_raw, wait_for
 HR = "F0:00:00:00:00:01"
 RW = "rw-token-0123456789abcdef"
 RO = "ro-token-0123456789abcdef"
-SAMPLES = {"id": HR, "service": "180d", "char": "2a37", "desc": "2902", "file": "app.js", "port": "9999"}
+SAMPLES = {"id": HR, "service": "180d", "char": "2a37", "desc": "2902", "file": "app.js", "port": "9999", "advertisement": "1"}
 
 
 def operations():
