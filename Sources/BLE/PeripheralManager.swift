@@ -161,7 +161,8 @@ public struct RegisteredAdvertisement: Sendable, Equatable {
 /// advertisements.
 public struct PeripheralStatus: Sendable, Equatable {
     public struct Instances: Sendable, Equatable {
-        /// Advertisements the adapter can send at once (BlueZ's `SupportedInstances`).
+        /// Advertisements the adapter can still start (BlueZ's `SupportedInstances`, which 5.66
+        /// counts as the controller's maximum less those registered).
         public var supported: Int
         /// Advertisements it sends now (`ActiveInstances`).
         public var active: Int

@@ -77,7 +77,6 @@ package final class PeripheralRole: Sendable {
                 }
             }
         }
-        log("peripheral: service \(local.uuid.uuidString) served on \(registered.adapter) (id \(registered.id))")
         keep()
         return registered
     }
@@ -163,7 +162,6 @@ package final class PeripheralRole: Sendable {
             s.advertisementRequests[registered.id] = request
             if let kept = s.waiting.advertisements.firstIndex(of: request) { s.waiting.advertisements.remove(at: kept) }
         }
-        log("peripheral: advertising on \(registered.adapter) (id \(registered.id))")
         keep()
         return registered
     }

@@ -75,7 +75,8 @@ struct LocalValueRequest: StrictDecodable {
 /// `GET /v1/peripheral`.
 struct PeripheralBody: Encodable {
     struct Instances: Encodable {
-        var supportedInstances: Int
+        /// How many more advertisements it can start (BlueZ's `SupportedInstances` counts the free ones).
+        var availableInstances: Int
         var activeInstances: Int
     }
     struct Central: Encodable {
@@ -84,7 +85,7 @@ struct PeripheralBody: Encodable {
     }
     var state: String
     var code: Int
-    /// Per adapter in use: how many advertisements it can send at once, and sends.
+    /// Per adapter in use: how many more advertisements it can start, and how many it sends.
     var adapters: [String: Instances]
     var services: [LocalServiceBody]
     var advertisements: [LocalAdvertisementBody]
@@ -93,7 +94,7 @@ struct PeripheralBody: Encodable {
     init(_ s: PeripheralRole.Snapshot, format: ValueFormat) {
         state = s.status.state.name
         code = s.status.state.rawValue
-        adapters = s.status.instances.mapValues { Instances(supportedInstances: $0.supported, activeInstances: $0.active) }
+        adapters = s.status.instances.mapValues { Instances(availableInstances: $0.supported, activeInstances: $0.active) }
         services = s.services.map { LocalServiceBody($0, in: s, format: format) }
         advertisements = s.advertisements.map { LocalAdvertisementBody($0.0, $0.1) }
         centrals = s.centrals.map { Central(address: $0.0.description, adapter: $0.1) }

@@ -25,11 +25,13 @@ HCI0, HCI1 = "00:1A:7D:DA:71:13", "00:1A:7D:DA:71:14"
 SERVICE = "5a1e0001-0000-4000-8000-00805f9b34fb"
 GREETING = "5a1e0002-0000-4000-8000-00805f9b34fb"   # read, write, notify: a stored value
 ANSWERED = "5a1e0003-0000-4000-8000-00805f9b34fb"   # read, write: claimed by a WebSocket client
+INDICATED = "5a1e0004-0000-4000-8000-00805f9b34fb"  # read, indicate
 DEFINITION = {
     "uuid": SERVICE, "primary": True, "adapter": "hci0", "characteristics": [
         {"uuid": GREETING, "properties": ["read", "write", "notify"], "permissions": ["readable", "writeable"],
          "value": "hello", "format": "utf8", "descriptors": [{"uuid": "2901", "value": "Greeting", "format": "utf8"}]},
         {"uuid": ANSWERED, "properties": ["read", "write"], "value": "unanswered", "format": "utf8"},
+        {"uuid": INDICATED, "properties": ["read", "indicate"], "value": "0", "format": "utf8"},
     ]}
 ADVERTISEMENT = {"localName": "gattway-demo", "serviceUUIDs": [SERVICE], "manufacturerData": {"65535": "cafe"},
                  "connectable": True, "adapter": "hci0"}
@@ -94,12 +96,12 @@ def test_bleak_on_another_adapter_uses_gattways_peripheral(gw, monkeypatch):
 
     serve(gw)
     claimer = Claimer(gw, "21.5")
-    writes = SSE(gw, "types=peripheralWrite,subscribed,centralConnected&format=utf8")
+    writes = SSE(gw, "types=peripheralWrite,subscribed,unsubscribed,centralConnected,centralDisconnected&format=utf8")
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", gw.bus)
 
     async def central():
         device, data = None, None
-        async with BleakScanner(adapter="hci1") as scanner:
+        async with BleakScanner(bluez={"adapter": "hci1"}) as scanner:
             async for d, adv in scanner.advertisement_data():
                 if d.address == HCI0:
                     device, data = d, adv
@@ -107,7 +109,7 @@ def test_bleak_on_another_adapter_uses_gattways_peripheral(gw, monkeypatch):
         assert data.local_name == "gattway-demo" and SERVICE in data.service_uuids, data
         assert data.manufacturer_data.get(0xFFFF) == bytes.fromhex("cafe"), data
         got = []
-        async with BleakClient(device, adapter="hci1") as client:
+        async with BleakClient(device, bluez={"adapter": "hci1"}) as client:
             assert await client.read_gatt_char(GREETING) == b"hello"
             assert await client.read_gatt_char(ANSWERED) == b"21.5"  # the WebSocket client's answer
             await client.write_gatt_char(GREETING, b"hi there", response=True)
@@ -127,6 +129,8 @@ def test_bleak_on_another_adapter_uses_gattways_peripheral(gw, monkeypatch):
         write = writes.wait(lambda e: e["type"] == "peripheralWrite", 5)
         assert write and write["value"] == "hi there" and write["central"] == HCI1 and write["characteristic"]["uuid"] == GREETING, writes.events
         assert writes.wait(lambda e: e["type"] == "centralConnected" and e["central"] == HCI1, 5), writes.events
+        assert writes.wait(lambda e: e["type"] == "unsubscribed" and e["characteristic"]["uuid"] == GREETING, 5), writes.events
+        assert writes.wait(lambda e: e["type"] == "centralDisconnected" and e["central"] == HCI1, 5), writes.events
         read = next(r for r in claimer.requests if r["type"] == "peripheralRead")
         assert read["central"] == HCI1 and read["request"], claimer.requests
         # The stored value is what the last PUT set; the central's write had set it before.
@@ -137,7 +141,7 @@ def test_bleak_on_another_adapter_uses_gattways_peripheral(gw, monkeypatch):
 
 def test_gattways_own_central_on_hci1_reaches_its_peripheral_on_hci0(gw):
     serve(gw)
-    events = SSE(gw, f"types=notification,peripheralWrite&format=utf8")
+    events = SSE(gw, "types=notification,peripheralWrite,indicationConfirmed&format=utf8")
     gw.discover(HCI0, timeout=10)
     device = gw.get(f"/v1/devices/{HCI0}")[1]
     assert device["name"] == "gattway-demo", device
@@ -155,6 +159,12 @@ def test_gattways_own_central_on_hci1_reaches_its_peripheral_on_hci0(gw):
     assert wait_for(lambda: gw.get("/v1/peripheral")[1]["services"][0]["characteristics"][0]["subscribed"], 5)
     assert put(gw, GREETING, "notified")["sent"] is True
     assert events.wait(lambda e: e["type"] == "notification" and e["device"] == HCI0 and e["value"] == "notified", 5), events.events
+    # An indication: the central confirms it.
+    assert gw.post(f"/v1/devices/{HCI0}/characteristics/{INDICATED}/notifications")[0] == 200
+    assert wait_for(lambda: gw.get("/v1/peripheral")[1]["services"][0]["characteristics"][2]["subscribed"], 5)
+    assert put(gw, INDICATED, "7")["sent"] is True
+    assert events.wait(lambda e: e["type"] == "notification" and e["value"] == "7", 5), events.events
+    assert events.wait(lambda e: e["type"] == "indicationConfirmed" and e["characteristic"]["uuid"] == INDICATED, 5), events.events
     centrals = gw.get("/v1/peripheral")[1]["centrals"]
     assert centrals == [{"address": HCI1, "adapter": "hci0"}], centrals
     assert gw.post(f"/v1/devices/{HCI0}/disconnect", {})[0] == 200
