@@ -106,7 +106,8 @@ extension Engine {
         for p in peripherals.indices {
             guard let c = peripherals[p].local?.characteristics.firstIndex(of: target) else { continue }
             peripherals[p].server.values[c] = value
-            guard let d = linked(p), notify(d, c, value) else { continue }
+            // A notification carries what fits the link's ATT MTU (bt_gatt_server_send_notification).
+            guard let d = linked(p), notify(d, c, Array(value.prefix(devices[d].mtu - 3))) else { continue }
             if peripherals[p].server.table.characteristics[c].subscriptionValue == [0x02, 0x00] { tell(target, "Confirm") }
         }
     }

@@ -151,6 +151,9 @@ import Testing
         try app.changeValue([0x22])
         try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x21])) }
         try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x22])) }
+        // A notification carries what fits the MTU (247 - 3).
+        try app.changeValue(Array(repeating: 7, count: 300))
+        try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes(Array(repeating: 7, count: 244))) }
 
         // The served side ends it: the central's link goes, the application hears StopNotify.
         let ending = sim.mark
