@@ -205,17 +205,18 @@ import Testing
         #expect(app.calls("Release").isEmpty)
     }
 
-    @Test("the application's other errors reach the central as bluetoothd maps them: Failed is ATT 0x80")
-    func applicationErrors() async throws {
+    @Test("the application's Failed is ATT 0x80, or the application error its message names, as bluetoothd maps it",
+          arguments: [("no", "0x80"), ("0x85", "0x85"), ("0x9f", "0x9f"), ("0x70", "0x0e"), ("", "0x0e")])
+    func applicationErrors(message: String, code: String) async throws {
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
-        let app = try TestApplication(sim, refusal: "org.bluez.Error.Failed")
+        let app = try TestApplication(sim, refusal: BusError(name: "org.bluez.Error.Failed", message: message))
         try await app.register()
         try await app.advertise()
         try await sim.discover([Self.hci0Address], on: "hci1")
         try await sim.connect(Self.hci0Address, on: "hci1")
         let refused = try await Self.object(sim, Interface.characteristic, TestApplication.refused)
-        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: 0x80") { _ = try await sim.read(refused) }
+        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: " + code) { _ = try await sim.read(refused) }
         // Its flags do not allow writes: bluetoothd refuses without asking the application.
         await expectError("org.bluez.Error.NotPermitted", "Write not permitted") { try await sim.write(refused, [1], type: "request") }
         #expect(app.calls("WriteValue").isEmpty)

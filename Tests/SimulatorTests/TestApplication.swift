@@ -27,9 +27,9 @@ final class TestApplication: Sendable {
     let advertisement: Mutex<[(String, Value)]>
 
     /// The error the refused characteristic's reads get.
-    private let refusal: String
+    private let refusal: BusError
 
-    init(_ sim: Sim, refusal: String = "org.bluez.Error.NotPermitted") throws {
+    init(_ sim: Sim, refusal: BusError = BusError(name: "org.bluez.Error.NotPermitted", message: "no")) throws {
         self.sim = sim
         self.refusal = refusal
         connection = try Connection(address: sim.bus.address)
@@ -64,7 +64,7 @@ final class TestApplication: Sendable {
         case ("ReadValue", .some(Self.valuePath)): answer = call.reply([.bytes(Array("hello".utf8))])
         case ("ReadValue", .some(Self.descriptorPath)): answer = call.reply([.bytes(Array("greeting".utf8))])
         case ("ReadValue", .some(Self.refusedPath)):
-            answer = call.errorReply(BusError(name: refusal, message: "no"))
+            answer = call.errorReply(refusal)
         default: answer = call.reply()
         }
         if !call.noReplyExpected { try? connection.send(answer) }
