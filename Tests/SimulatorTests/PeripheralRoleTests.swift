@@ -31,7 +31,7 @@ import Testing
         return found.key.rawValue
     }
 
-    @Test("RegisterApplication reads the tree, sets each Handle before it answers; bluetoothd's errors")
+    @Test("RegisterApplication reads the tree, sets each Handle asked as 0 before it answers; bluetoothd's errors")
     func registrationAndHandles() async throws {
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
@@ -57,9 +57,13 @@ import Testing
         // A characteristic of no service is refused, and nothing of it stays.
         let other = try TestApplication(sim)
         other.tree.withLock { $0 = [$0[1]] }
-        await expectError("org.bluez.Error.InvalidArguments") { try await other.register() }
+        await expectError("org.bluez.Error.Failed", "No valid service object found") { try await other.register() }
         other.tree.withLock { $0 = [] }
         await expectError("org.bluez.Error.Failed", "No object received") { try await other.register() }
+        // The GATT service is bluetoothd's own: gatt_db takes no second one.
+        other.tree.withLock { $0 = [(TestApplication.servicePath, [(Interface.service, [("UUID", .string("1801")), ("Primary", .bool(true))])])] }
+        await expectError("org.bluez.Error.Failed", "Failed to create entry in database") { try await other.register() }
+        #expect(other.calls("Set").isEmpty)
     }
 
     @Test("a requested handle is kept; a taken range fails as gatt_db does")
@@ -67,14 +71,15 @@ import Testing
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
         let first = try TestApplication(sim)
-        first.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0040))) }
+        first.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0x0040) }
         try await first.register()
-        #expect(first.handle(TestApplication.servicePath) == 0x0040)
+        // What it asked for is not told again; the others are.
+        #expect(first.calls("Set", TestApplication.servicePath).isEmpty)
         #expect(first.handle(TestApplication.valuePath) == 0x0042)
         let second = try TestApplication(sim)
-        second.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0041))) }
+        second.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0x0041) }
         await expectError("org.bluez.Error.Failed", "Failed to create entry in database") { try await second.register() }
-        second.tree.withLock { $0[0].1[0].1.removeLast() }
+        second.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0) }
         try await second.register()
         #expect(second.handle(TestApplication.servicePath) == 0x0047)  // after the highest handle in use
     }

@@ -7,7 +7,8 @@ import Testing
 /// A peripheral-role client on a bus connection of its own, as gattway's BlueZ side exports
 /// one: a GATT application at /test/app (one service: a readable, writable, notifying
 /// characteristic with a user description, and one whose reads the application refuses) and an
-/// advertisement at /test/adv. It records every call bluetoothd makes.
+/// advertisement at /test/adv. It records every call bluetoothd makes. Each object has a Handle
+/// of 0 (any), which bluetoothd sets to the one it gives.
 final class TestApplication: Sendable {
     static let service = "5a1e0001-0000-4000-8000-00805f9b34fb"
     static let value = "5a1e0002-0000-4000-8000-00805f9b34fb"
@@ -34,13 +35,14 @@ final class TestApplication: Sendable {
         self.refusal = refusal
         connection = try Connection(address: sim.bus.address)
         tree = Mutex([
-            (Self.servicePath, [(Interface.service, [("UUID", .string(Self.service)), ("Primary", .bool(true))])]),
+            (Self.servicePath, [(Interface.service, [("UUID", .string(Self.service)), ("Primary", .bool(true)), ("Handle", .uint16(0))])]),
             (Self.valuePath, [(Interface.characteristic, [("UUID", .string(Self.value)), ("Service", .objectPath(Self.servicePath)),
-                                                          ("Flags", .strings(["read", "write", "write-without-response", "notify"]))])]),
+                                                          ("Flags", .strings(["read", "write", "write-without-response", "notify"])),
+                                                          ("Handle", .uint16(0))])]),
             (Self.refusedPath, [(Interface.characteristic, [("UUID", .string(Self.refused)), ("Service", .objectPath(Self.servicePath)),
-                                                            ("Flags", .strings(["read"]))])]),
+                                                            ("Flags", .strings(["read"])), ("Handle", .uint16(0))])]),
             (Self.descriptorPath, [(Interface.descriptor, [("UUID", .string("2901")), ("Characteristic", .objectPath(Self.valuePath)),
-                                                           ("Flags", .strings(["read"]))])]),
+                                                           ("Flags", .strings(["read"])), ("Handle", .uint16(0))])]),
         ])
         advertisement = Mutex([("Type", .string("peripheral")), ("LocalName", .string("sim-periph")),
                                ("ServiceUUIDs", .strings([Self.service])),
