@@ -34,7 +34,8 @@ extension Engine {
                      then: @escaping @Sendable (isolated Engine, Result<[UInt8], PeerFailure>) -> Void) {
         callClient(.methodCall(destination: target.0.owner, path: target.0.path, interface: target.1, member: "ReadValue",
                                [requestOptions(d, offset: offset, type: nil)])) { engine, result in
-            then(engine, result.map { $0.first?.bytes ?? [] }.mapError { PeerFailure(code: Engine.attCode($0, write: false)) })
+            // bluetoothd keeps at most an attribute's 512 bytes of the answer (read_reply_cb).
+            then(engine, result.map { Array(($0.first?.bytes ?? []).prefix(512)) }.mapError { PeerFailure(code: Engine.attCode($0, write: false)) })
         }
     }
 
@@ -117,8 +118,9 @@ extension Engine {
         for p in peripherals.indices {
             guard let c = peripherals[p].local?.characteristics.firstIndex(of: target) else { continue }
             peripherals[p].server.values[c] = value
-            // A notification carries what fits the link's ATT MTU (bt_gatt_server_send_notification).
-            guard let d = linked(p), notify(d, c, Array(value.prefix(devices[d].mtu - 3))) else { continue }
+            // A notification carries at most 512 bytes and what fits the link's ATT MTU
+            // (property_changed_cb, bt_gatt_server_send_notification).
+            guard let d = linked(p), notify(d, c, Array(value.prefix(min(512, devices[d].mtu - 3)))) else { continue }
             if peripherals[p].server.table.characteristics[c].subscriptionValue == [0x02, 0x00] { tell(target, "Confirm") }
         }
     }

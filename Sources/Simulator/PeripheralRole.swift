@@ -67,8 +67,10 @@ struct AdvertisingData: Sendable, Equatable {
     static let supportedIncludes = ["tx-power", "appearance", "local-name"]
 
     /// Parses LEAdvertisement1's properties; nil when one has the wrong type or an unknown
-    /// value (bluetoothd: "Failed to parse advertisement.").
+    /// value, a broadcast asks to be discoverable (it may not set the flags), or MinInterval is
+    /// above MaxInterval (bluetoothd: "Failed to parse advertisement."). No Type is a broadcast.
     init?(_ properties: [String: Value]) {
+        var intervals: (min: UInt32, max: UInt32) = (0, 0)
         for (name, raw) in properties {
             let value = raw.unwrapped
             switch name {
@@ -106,11 +108,16 @@ struct AdvertisingData: Sendable, Equatable {
             case "Discoverable":
                 guard let b = value.bool else { return nil }
                 discoverable = b
+            case "MinInterval", "MaxInterval":
+                guard case .uint32(let ms) = value else { return nil }
+                if name == "MinInterval" { intervals.min = ms } else { intervals.max = ms }
             default:
-                // SolicitUUIDs, Data, Duration, Timeout, intervals, SecondaryChannel: read, not simulated.
+                // SolicitUUIDs, Data, Duration, Timeout, SecondaryChannel: read, not simulated.
                 continue
             }
         }
+        if discoverable == true && !connectable { return nil }
+        if intervals.min > intervals.max { return nil }
     }
 }
 

@@ -100,8 +100,11 @@ import Testing
         await expectError("org.bluez.Error.AlreadyExists") { try await app.advertise() }
         try await sim.call("/org/bluez/hci0", Interface.advertisingManager, "UnregisterAdvertisement",
                            [.objectPath(TestApplication.advertisementPath)], from: app.connection)
-        app.advertisement.withLock { $0 = [("Type", .string("sideways"))] }
-        await expectError("org.bluez.Error.Failed", "Failed to parse advertisement.") { try await app.advertise() }
+        for bad: [(String, Value)] in [[("Type", .string("sideways"))], [("Type", .string("broadcast")), ("Discoverable", .bool(true))],
+                                       [("MinInterval", .uint32(200)), ("MaxInterval", .uint32(100))], [("LocalName", .uint16(1))]] {
+            app.advertisement.withLock { $0 = bad }
+            await expectError("org.bluez.Error.Failed", "Failed to parse advertisement.") { try await app.advertise() }
+        }
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
     }
 
