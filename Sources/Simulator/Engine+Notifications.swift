@@ -88,6 +88,11 @@ extension Engine {
     func notify(_ d: Int, _ c: Int, _ value: [UInt8]) -> Bool {
         guard devices[d].hasGATT, let cached = subscribedCharacteristic(d, c) else { return false }
         devices[d].gatt.characteristics[cached].state.cached = value
+        if devices[d].gatt.characteristics[cached].state.sessions[Engine.controlSender] == .active {
+            devices[d].gatt.characteristics[cached].state.controlValues.append(value)
+            devices[d].gatt.characteristics[cached].state.controlValues.removeFirst(
+                max(0, devices[d].gatt.characteristics[cached].state.controlValues.count - Engine.controlValuesKept))
+        }
         propertiesChanged(.characteristic(d, cached), Interface.characteristic, ["Value"])
         return true
     }

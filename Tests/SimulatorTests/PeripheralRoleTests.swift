@@ -229,4 +229,38 @@ import Testing
         await expectError("org.bluez.Error.NotPermitted", "Write not permitted") { try await sim.write(refused, [1], type: "request") }
         #expect(app.calls("WriteValue").isEmpty)
     }
+
+    @Test("the control interface's remote central acts as a phone on hci1, without a BlueZ client of its own")
+    func controlCentral() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        let hci1: Value = .string("hci1"), hci0 = Value.string(Self.hci0Address), uuid = Value.string(TestApplication.value)
+        // Not advertising: nothing to hear.
+        await expectError("io.gattway.Simulator1.Error.NotHeard") { _ = try await sim.control("CentralConnect", [hci1, hci0]) }
+        try await app.advertise()
+        _ = try await sim.control("CentralConnect", [hci1, hci0])
+        #expect(try await sim.property(Self.served, Interface.device, "Connected") == .bool(true))
+        #expect(try await sim.control("CentralRead", [hci1, hci0, uuid]).first == .bytes(Array("hello".utf8)))
+        _ = try await sim.control("CentralWrite", [hci1, hci0, uuid, .bytes([9]), .bool(true)])
+        #expect(try await app.call("WriteValue", TestApplication.valuePath).body[1].stringDictionary?["type"]?.unwrapped == .string("request"))
+        _ = try await sim.control("CentralSubscribe", [hci1, hci0, uuid, .bool(true)])
+        try await app.call("StartNotify", TestApplication.valuePath)
+        try app.changeValue([1])
+        try app.changeValue([2])
+        var got: [Value] = []
+        while got.count < 2 {
+            got += try await sim.control("CentralNotifications", [hci1, hci0, uuid]).first?.array ?? []
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(got == [.bytes([1]), .bytes([2])])
+        await expectError("io.gattway.Simulator1.Error.InvalidArguments") {
+            _ = try await sim.control("CentralRead", [hci1, hci0, .string("2a19")])
+        }
+        _ = try await sim.control("CentralDisconnect", [hci1, hci0])
+        #expect(try await sim.property(Self.central, Interface.device, "Connected") == .bool(false))
+        try await app.call("StopNotify", TestApplication.valuePath)
+        await expectError("io.gattway.Simulator1.Error.NotConnected") { _ = try await sim.control("CentralRead", [hci1, hci0, uuid]) }
+    }
 }
