@@ -94,6 +94,19 @@ import Testing
         try await app.advertise(path: ObjectPath("/test/adv2")!)
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(2))
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "SupportedInstances") == .byte(0))
+        // The two take turns: hci1 hears both, as one device (hci0's address), connectable. The
+        // beacon is not discoverable (no Flags): a discovery lists it with a filter set.
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "SetDiscoveryFilter", [.stringVariantDictionary([("Transport", .string("le"))])])
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "StartDiscovery")
+        let deadline = ContinuousClock.now + .seconds(5)
+        var data = try await sim.property(Self.served, Interface.device, "ManufacturerData")
+        while data.unwrapped.dictionaryEntries?.count != 2 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            data = try await sim.property(Self.served, Interface.device, "ManufacturerData")
+        }
+        #expect(data.unwrapped.dictionaryEntries?.map(\.key) == [.uint16(0x004C), .uint16(0xFFFF)], "\(data)")
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "StopDiscovery")
+        try await sim.connect(Self.hci0Address, on: "hci1")
         await expectError("org.bluez.Error.NotPermitted", "Maximum advertisements reached") {
             try await app.advertise(path: ObjectPath("/test/adv3")!)
         }

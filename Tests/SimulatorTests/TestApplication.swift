@@ -26,6 +26,11 @@ final class TestApplication: Sendable {
     /// The objects GetManagedObjects answers (a test may replace them).
     let tree: Mutex<[(ObjectPath, [(String, [(String, Value)])])]>
     let advertisement: Mutex<[(String, Value)]>
+    /// What an advertisement at any other path says: a beacon.
+    let beacon: Mutex<[(String, Value)]> = Mutex([
+        ("Type", .string("broadcast")),
+        ("ManufacturerData", .dictionary(key: Types.q, value: Types.v, [.init(.uint16(0x004C), .variant(.bytes([3])))])),
+    ])
 
     /// The error the refused characteristic's reads get.
     private let refusal: BusError
@@ -44,7 +49,7 @@ final class TestApplication: Sendable {
             (Self.descriptorPath, [(Interface.descriptor, [("UUID", .string("2901")), ("Characteristic", .objectPath(Self.valuePath)),
                                                            ("Flags", .strings(["read"])), ("Handle", .uint16(0))])]),
         ])
-        advertisement = Mutex([("Type", .string("peripheral")), ("LocalName", .string("sim-periph")),
+        advertisement = Mutex([("Type", .string("peripheral")), ("LocalName", .string("sim-periph")), ("Discoverable", .bool(true)),
                                ("ServiceUUIDs", .strings([Self.service])),
                                ("ManufacturerData", .dictionary(key: Types.q, value: Types.v, [.init(.uint16(0xFFFF), .variant(.bytes([1, 2])))]))])
         connection.setMethodCallHandler { [weak self] call in self?.received(call) }
@@ -61,8 +66,9 @@ final class TestApplication: Sendable {
             answer = call.reply([.dictionary(key: Types.o, value: Types.asasv, objects.map { path, interfaces in
                 .init(.objectPath(path), .dictionary(key: Types.s, value: Types.asv, interfaces.map { .init(.string($0.0), .stringVariantDictionary($0.1)) }))
             })])
-        case ("GetAll", _):
-            answer = call.reply([.stringVariantDictionary(advertisement.withLock { $0 })])
+        case ("GetAll", let path):
+            let properties = path == Self.advertisementPath ? advertisement.withLock { $0 } : beacon.withLock { $0 }
+            answer = call.reply([.stringVariantDictionary(properties)])
         case ("ReadValue", .some(Self.valuePath)): answer = call.reply([.bytes(Array("hello".utf8))])
         case ("ReadValue", .some(Self.descriptorPath)): answer = call.reply([.bytes(Array("greeting".utf8))])
         case ("ReadValue", .some(Self.refusedPath)):
