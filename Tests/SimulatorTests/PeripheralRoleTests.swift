@@ -204,6 +204,24 @@ import Testing
         try await again.call("Release", TestApplication.advertisementPath)
     }
 
+    @Test("bluetoothd restarting forgets the registrations: the client registers again, as after a real restart")
+    func restartForgetsRegistrations() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        let mark = sim.mark
+        _ = try await sim.control("Restart", [.uint32(50)])
+        try await sim.signal(after: mark) { $0.adds(Sim.adapter) }
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(0))
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        #expect(try await sim.read(Self.object(sim, Interface.characteristic, TestApplication.value)) == Array("hello".utf8))
+    }
+
     @Test("powered off, the serving adapter drops its centrals and is not heard; its registrations stay for when it is on")
     func servingAdapterPoweredOff() async throws {
         let sim = try await Sim.start(Self.configuration())
