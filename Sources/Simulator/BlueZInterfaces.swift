@@ -59,7 +59,10 @@ enum Interface {
                   Method(name: "Restart", input: "u", output: ""), Method(name: "SetPowered", input: "b", output: ""),
                   Method(name: "EndDiscovery", input: "", output: ""),
                   Method(name: "SetAdapterPowered", input: "sb", output: ""), Method(name: "RemoveAdapter", input: "s", output: ""),
-                  Method(name: "AddAdapter", input: "s", output: ""), Method(name: "SetRSSI", input: "ssn", output: "")],
+                  Method(name: "AddAdapter", input: "s", output: ""), Method(name: "SetRSSI", input: "ssn", output: ""),
+                  Method(name: "CentralConnect", input: "ss", output: ""), Method(name: "CentralDisconnect", input: "ss", output: ""),
+                  Method(name: "CentralRead", input: "sss", output: "ay"), Method(name: "CentralWrite", input: "sssayb", output: ""),
+                  Method(name: "CentralSubscribe", input: "sssb", output: ""), Method(name: "CentralNotifications", input: "sss", output: "aay")],
     ]
 
     static let signals: [String: [(name: String, signature: String)]] = [

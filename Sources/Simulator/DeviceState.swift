@@ -147,6 +147,8 @@ struct CharacteristicState: Sendable {
     var subscribing: Subscribing?
     var read: PendingRead?
     var write: PendingCall?
+    /// Values notified to the control interface's subscription (`CentralSubscribe`), oldest first.
+    var controlValues: [[UInt8]] = []
 
     enum Session: Sendable, Equatable {
         /// The CCCD write is on its way.

@@ -104,7 +104,11 @@ extension Engine {
         config.manufacturerData = data.manufacturerData.mapValues(HexBytes.init)
         config.serviceData = data.serviceData.mapValues(HexBytes.init)
         config.txPower = data.includes.contains("tx-power") ? Engine.localTxPower : data.txPower
-        config.advertisingFlags = data.connectable || data.discoverable == true ? [0x06] : [0x04]
+        // LE General Discoverable when the advertisement asks for it, or a connectable one while
+        // the adapter is Discoverable (get_adv_flags); otherwise no Flags (the kernel adds none),
+        // so that a central's discovery lists it only with a discovery filter set, as BlueZ does.
+        let discoverable = data.discoverable == true || (data.connectable && adapters[a].discoverable)
+        config.advertisingFlags = discoverable ? [0x06] : []
         setConfig(p, config)
         return true
     }

@@ -148,6 +148,8 @@ extension Engine {
             }
             reply(call)
             plugIn(a)
+        case "CentralConnect", "CentralDisconnect", "CentralRead", "CentralWrite", "CentralSubscribe", "CentralNotifications":
+            remoteCentralCall(call, member: member)
         case "EndDiscovery":
             log("discovery ends by itself (EndDiscovery)")
             reply(call)
@@ -190,7 +192,7 @@ extension Engine {
 
     /// The adapter a name argument names (plugged in, unless `present` is false); answers the
     /// call with an error if there is none.
-    private func adapter(_ call: Message, _ text: String?, present: Bool = true) -> Int? {
+    func adapter(_ call: Message, _ text: String?, present: Bool = true) -> Int? {
         guard let a = adapters.firstIndex(where: { $0.config.id == text }) else {
             let names = adapters.map(\.config.id).joined(separator: ", ")
             fail(call, Engine.controlError("UnknownAdapter", "no simulated adapter \"\(text ?? "")\" (adapters: \(names))"))

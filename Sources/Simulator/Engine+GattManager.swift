@@ -37,7 +37,7 @@ extension Engine {
         }
         let services: [AppService]
         do throws(ApplicationError) {
-            guard let answer else { throw ApplicationError.failed("No object received") }
+            guard let answer else { throw ApplicationError.noObject }
             services = try place(GattApplication.parse(answer, root: path), on: a)
         } catch {
             adapters[a].applications.remove(at: i)
@@ -45,12 +45,13 @@ extension Engine {
             return fail(call, error.busError)
         }
         adapters[a].applications[i].services = services
-        // bluetoothd sets Handle while it adds the attributes, before it answers; errors are ignored.
+        // bluetoothd sets Handle while it adds the attributes, before it answers, on the objects
+        // that asked for none (write_handle); errors are ignored.
         for s in services {
-            setHandle(owner, s.path, Interface.service, s.handle)
+            if s.tellsHandle { setHandle(owner, s.path, Interface.service, s.handle) }
             for c in s.characteristics {
-                setHandle(owner, c.path, Interface.characteristic, c.handle)
-                for x in c.descriptors { setHandle(owner, x.path, Interface.descriptor, x.handle) }
+                if c.tellsHandle { setHandle(owner, c.path, Interface.characteristic, c.handle) }
+                for x in c.descriptors where x.tellsHandle { setHandle(owner, x.path, Interface.descriptor, x.handle) }
             }
         }
         log("\(adapters[a].config.id): application \(path) of \(owner) registered, \(services.count) services")
@@ -72,12 +73,11 @@ extension Engine {
         var used: [ClosedRange<Int>] = [1...(AttributeTable.firstHandle - 1)]
         for app in adapters[a].applications { used += app.services.map { Int($0.handle)...Int($0.end) } }
         var out = services
-        let failure = ApplicationError.failed("Failed to create entry in database")
         for pass in [true, false] {
             for i in out.indices where (services[i].handle != 0) == pass {
                 let start = pass ? Int(services[i].handle) : used.map(\.upperBound).max()! + 1
                 guard start <= 0xFFFF, let placed = services[i].placed(at: UInt16(start)),
-                      !used.contains(where: { $0.overlaps(Int(placed.handle)...Int(placed.end)) }) else { throw failure }
+                      !used.contains(where: { $0.overlaps(Int(placed.handle)...Int(placed.end)) }) else { throw .noEntry }
                 out[i] = placed
                 used.append(Int(placed.handle)...Int(placed.end))
             }

@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Glibc
 
 /// The serving side of a link between two simulated adapters (src/gatt-database.c): a central's
 /// reads and writes of an adapter's registered applications are calls to the application's
@@ -33,7 +34,8 @@ extension Engine {
                      then: @escaping @Sendable (isolated Engine, Result<[UInt8], PeerFailure>) -> Void) {
         callClient(.methodCall(destination: target.0.owner, path: target.0.path, interface: target.1, member: "ReadValue",
                                [requestOptions(d, offset: offset, type: nil)])) { engine, result in
-            then(engine, result.map { $0.first?.bytes ?? [] }.mapError { PeerFailure(code: Engine.attCode($0, write: false)) })
+            // bluetoothd keeps at most an attribute's 512 bytes of the answer (read_reply_cb).
+            then(engine, result.map { Array(($0.first?.bytes ?? []).prefix(512)) }.mapError { PeerFailure(code: Engine.attCode($0, write: false)) })
         }
     }
 
@@ -69,16 +71,26 @@ extension Engine {
         send(message)
     }
 
-    /// The application's error as the ATT error the central gets (dbus_error_to_att_ecode).
+    /// The application's error as the ATT error the central gets (dbus_error_to_att_ecode):
+    /// `Failed` is an application error, 0x80 or the one its message gives (0x80...0x9f, read
+    /// with strtol as bluetoothd does; a number outside them, or an empty message, is 0x0e).
     static func attCode(_ error: BusError, write: Bool) -> ATTErrorCode {
         switch error.name {
-        case "org.bluez.Error.Failed": ATTErrorCode(rawValue: 0x80)
-        case "org.bluez.Error.NotSupported": .requestNotSupported
-        case "org.bluez.Error.NotAuthorized": .insufficientAuthorization
-        case "org.bluez.Error.InvalidValueLength": .invalidAttributeValueLength
-        case "org.bluez.Error.InvalidOffset": .invalidOffset
-        case "org.bluez.Error.NotPermitted": write ? .writeNotPermitted : .readNotPermitted
-        default: .unlikelyError
+        case "org.bluez.Error.Failed":
+            let (code, whole) = error.message.withCString { text -> (Int, Bool) in
+                var end: UnsafeMutablePointer<CChar>?
+                let n = strtol(text, &end, 0)
+                return (n, end?.pointee == 0)
+            }
+            guard whole else { return ATTErrorCode(rawValue: 0x80) }
+            return (0x80...0x9F).contains(code) ? ATTErrorCode(rawValue: UInt8(code)) : .unlikelyError
+        case "org.bluez.Error.InProgress": return ATTErrorCode(rawValue: 0xFE)
+        case "org.bluez.Error.NotSupported": return .requestNotSupported
+        case "org.bluez.Error.NotAuthorized": return .insufficientAuthorization
+        case "org.bluez.Error.InvalidValueLength": return .invalidAttributeValueLength
+        case "org.bluez.Error.InvalidOffset": return .invalidOffset
+        case "org.bluez.Error.NotPermitted": return write ? .writeNotPermitted : .readNotPermitted
+        default: return .unlikelyError
         }
     }
 
@@ -106,7 +118,9 @@ extension Engine {
         for p in peripherals.indices {
             guard let c = peripherals[p].local?.characteristics.firstIndex(of: target) else { continue }
             peripherals[p].server.values[c] = value
-            guard let d = linked(p), notify(d, c, value) else { continue }
+            // A notification carries at most 512 bytes and what fits the link's ATT MTU
+            // (property_changed_cb, bt_gatt_server_send_notification).
+            guard let d = linked(p), notify(d, c, Array(value.prefix(min(512, devices[d].mtu - 3)))) else { continue }
             if peripherals[p].server.table.characteristics[c].subscriptionValue == [0x02, 0x00] { tell(target, "Confirm") }
         }
     }

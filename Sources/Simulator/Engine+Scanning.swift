@@ -68,21 +68,7 @@ extension Engine {
         guard merged.reports(ad, address: device.address) else { return }
         adapters[a].discoveryFound.insert(d)
 
-        if !device.exported {
-            devices[d].exported = true
-            devices[d].temporary = true
-            devices[d].name = ad.name
-            devices[d].rssi = ad.rssi
-            devices[d].txPower = ad.txPower
-            devices[d].uuids = ad.uuids
-            devices[d].manufacturerData = ad.manufacturerData
-            devices[d].serviceData = ad.serviceData
-            devices[d].advertisingFlags = ad.flags
-            log("\(adapters[a].config.id): discovered \(device.address) \(ad.name ?? "(no name)") rssi \(ad.rssi)")
-            export(.device(d))
-            scheduleTemporaryRemoval(d)
-            return
-        }
+        if !device.exported { return firstHeard(d, ad) }
 
         var changed: [String] = []
         let old = device.rssi
@@ -124,6 +110,22 @@ extension Engine {
         if !changed.isEmpty { propertiesChanged(.device(d), Interface.device, changed) }
     }
 
+    /// bluetoothd hears a device for the first time: its Device1, with what the advertisement said.
+    func firstHeard(_ d: Int, _ ad: Advertisement) {
+        devices[d].exported = true
+        devices[d].temporary = true
+        devices[d].name = ad.name
+        devices[d].rssi = ad.rssi
+        devices[d].txPower = ad.txPower
+        devices[d].uuids = ad.uuids
+        devices[d].manufacturerData = ad.manufacturerData
+        devices[d].serviceData = ad.serviceData
+        devices[d].advertisingFlags = ad.flags
+        log("\(adapters[devices[d].adapter].config.id): discovered \(devices[d].address) \(ad.name ?? "(no name)") rssi \(ad.rssi)")
+        export(.device(d))
+        scheduleTemporaryRemoval(d)
+    }
+
     func isConnecting(_ d: Int) -> Bool {
         if case .connecting = devices[d].link { return true }
         return false
@@ -131,7 +133,7 @@ extension Engine {
 
     /// The peripheral's next advertisement: the counter in its manufacturer data, and its
     /// sensor's latest payload (the RSSI is each adapter's).
-    private func nextAdvertisement(_ p: Int) -> Advertisement {
+    func nextAdvertisement(_ p: Int) -> Advertisement {
         let config = peripherals[p].config
         var data = config.manufacturerData.mapValues(\.bytes)
         if config.advertisingCounter {

@@ -20,6 +20,8 @@ struct AppService: Sendable {
     let primary: Bool
     /// Requested (0: any), then the one given.
     var handle: UInt16
+    /// bluetoothd sets the object's Handle to the one it gave.
+    let tellsHandle: Bool
     var end: UInt16 = 0
     var characteristics: [AppCharacteristic]
 }
@@ -30,6 +32,7 @@ struct AppCharacteristic: Sendable {
     let flags: [String]
     /// The value handle, as bluetoothd's Handle property means it: requested (0: any), then given.
     var handle: UInt16
+    let tellsHandle: Bool
     var descriptors: [AppDescriptor]
 }
 
@@ -38,6 +41,7 @@ struct AppDescriptor: Sendable {
     let uuid: BluetoothUUID
     let flags: [String]
     var handle: UInt16
+    let tellsHandle: Bool
 }
 
 /// An advertisement registered with LEAdvertisingManager1 (advertising.c's btd_adv_client), its
@@ -63,8 +67,10 @@ struct AdvertisingData: Sendable, Equatable {
     static let supportedIncludes = ["tx-power", "appearance", "local-name"]
 
     /// Parses LEAdvertisement1's properties; nil when one has the wrong type or an unknown
-    /// value (bluetoothd: "Failed to parse advertisement.").
+    /// value, a broadcast asks to be discoverable (it may not set the flags), or MinInterval is
+    /// above MaxInterval (bluetoothd: "Failed to parse advertisement."). No Type is a broadcast.
     init?(_ properties: [String: Value]) {
+        var intervals: (min: UInt32, max: UInt32) = (0, 0)
         for (name, raw) in properties {
             let value = raw.unwrapped
             switch name {
@@ -102,31 +108,38 @@ struct AdvertisingData: Sendable, Equatable {
             case "Discoverable":
                 guard let b = value.bool else { return nil }
                 discoverable = b
+            case "MinInterval", "MaxInterval":
+                guard case .uint32(let ms) = value else { return nil }
+                if name == "MinInterval" { intervals.min = ms } else { intervals.max = ms }
             default:
-                // SolicitUUIDs, Data, Duration, Timeout, intervals, SecondaryChannel: read, not simulated.
+                // SolicitUUIDs, Data, Duration, Timeout, SecondaryChannel: read, not simulated.
                 continue
             }
         }
+        if discoverable == true && !connectable { return nil }
+        if intervals.min > intervals.max { return nil }
     }
 }
 
-/// What bluetoothd answers RegisterApplication with when the tree is not usable.
-enum ApplicationError: Error {
-    case invalid
-    case failed(String)
+/// Why bluetoothd refuses an application: always `org.bluez.Error.Failed`, with the text of
+/// the step that failed (client_ready_cb).
+struct ApplicationError: Error {
+    let message: String
+    var busError: BusError { BlueZError.failed(message) }
 
-    var busError: BusError {
-        switch self {
-        case .invalid: BlueZError.invalidArguments()
-        case .failed(let message): BlueZError.failed(message)
-        }
-    }
+    static let noObject = ApplicationError(message: "No object received")
+    /// An object it could not take (a characteristic of no service, unknown flags...), or no service.
+    static let noValidService = ApplicationError(message: "No valid service object found")
+    /// An attribute gatt_db would not add (a bad UUID or Handle, GAP/GATT, a taken handle range).
+    static let noEntry = ApplicationError(message: "Failed to create entry in database")
 }
 
 extension GattApplication {
     /// The services of a GetManagedObjects answer, in its order (bluetoothd adds them to its
     /// database in the order its proxies arrived): objects under the application's path only,
-    /// other interfaces ignored.
+    /// other interfaces ignored. As client_ready_cb does: first each object is taken (services,
+    /// then characteristics by their service, then descriptors by their characteristic, flags
+    /// parsed), then the attributes are read for the database.
     static func parse(_ answer: Value, root: ObjectPath) throws(ApplicationError) -> [AppService] {
         let prefix = root.rawValue == "/" ? "/" : root.rawValue + "/"
         var objects: [(ObjectPath, [String: [String: Value]])] = []
@@ -134,43 +147,62 @@ extension GattApplication {
             guard let path = entry.key.objectPath, path == root || path.rawValue.hasPrefix(prefix) else { continue }
             objects.append((path, Connection.interfaces(entry.value)))
         }
-        guard !objects.isEmpty else { throw .failed("No object received") }
-        func uuid(_ p: [String: Value]) throws(ApplicationError) -> BluetoothUUID {
-            guard let u = p["UUID"]?.unwrapped.string.flatMap(BluetoothUUID.init) else { throw .invalid }
-            return u
-        }
-        func handle(_ p: [String: Value]) throws(ApplicationError) -> UInt16 {
-            guard let raw = p["Handle"] else { return 0 }
-            guard case .uint16(let h) = raw.unwrapped else { throw .invalid }
-            return h
-        }
-        func flags(_ p: [String: Value], known: [String]) throws(ApplicationError) -> [String] {
-            guard let list = p["Flags"]?.unwrapped.strings, list.allSatisfy(known.contains) else { throw .invalid }
-            return list
-        }
-        var services: [AppService] = []
-        for (path, interfaces) in objects {
-            guard let p = interfaces[Interface.service] else { continue }
-            let primary = p["Primary"]?.unwrapped.bool ?? true
-            services.append(AppService(path: path, uuid: try uuid(p), primary: primary, handle: try handle(p), characteristics: []))
-        }
+        guard !objects.isEmpty else { throw .noObject }
+        let services = objects.filter { $0.1[Interface.service] != nil }.map(\.0)
+        var characteristics: [ObjectPath] = []
         for (path, interfaces) in objects {
             guard let p = interfaces[Interface.characteristic] else { continue }
-            guard let s = services.firstIndex(where: { $0.path == p["Service"]?.unwrapped.objectPath }) else { throw .invalid }
-            services[s].characteristics.append(AppCharacteristic(
-                path: path, uuid: try uuid(p), flags: try flags(p, known: SimulatorConfiguration.Characteristic.knownFlags),
-                handle: try handle(p), descriptors: []))
+            guard let service = p["Service"]?.unwrapped.objectPath, services.contains(service),
+                  p["Flags"]?.unwrapped.strings?.allSatisfy(SimulatorConfiguration.Characteristic.knownFlags.contains) == true else {
+                throw .noValidService
+            }
+            characteristics.append(path)
+        }
+        for (_, interfaces) in objects {
+            guard let p = interfaces[Interface.descriptor] else { continue }
+            guard let owner = p["Characteristic"]?.unwrapped.objectPath, characteristics.contains(owner),
+                  (p["Flags"]?.unwrapped.strings ?? []).allSatisfy(descriptorFlags.contains) else { throw .noValidService }
+        }
+        guard !services.isEmpty else { throw .noValidService }
+
+        func uuid(_ p: [String: Value]) throws(ApplicationError) -> BluetoothUUID {
+            guard let u = p["UUID"]?.unwrapped.string.flatMap(BluetoothUUID.init) else { throw .noEntry }
+            return u
+        }
+        /// The Handle asked for (0: any), and whether bluetoothd tells the one it gives (it
+        /// sets Handle only on an object that has the property and asked for none).
+        func handle(_ p: [String: Value]) throws(ApplicationError) -> (UInt16, Bool) {
+            guard let raw = p["Handle"] else { return (0, false) }
+            guard case .uint16(let h) = raw.unwrapped else { throw .noEntry }
+            return (h, h == 0)
+        }
+        var out: [AppService] = []
+        for (path, interfaces) in objects {
+            guard let p = interfaces[Interface.service] else { continue }
+            // The GAP and GATT services are bluetoothd's own; Primary must be given.
+            let id = try uuid(p)
+            guard ![BluetoothUUID(uint16: 0x1800), BluetoothUUID(uint16: 0x1801)].contains(id),
+                  let primary = p["Primary"]?.unwrapped.bool else { throw .noEntry }
+            let (h, tells) = try handle(p)
+            out.append(AppService(path: path, uuid: id, primary: primary, handle: h, tellsHandle: tells, characteristics: []))
+        }
+        for (path, interfaces) in objects {
+            guard let p = interfaces[Interface.characteristic], let s = out.firstIndex(where: { $0.path == p["Service"]?.unwrapped.objectPath })
+            else { continue }
+            let (h, tells) = try handle(p)
+            out[s].characteristics.append(AppCharacteristic(path: path, uuid: try uuid(p), flags: p["Flags"]?.unwrapped.strings ?? [],
+                                                            handle: h, tellsHandle: tells, descriptors: []))
         }
         for (path, interfaces) in objects {
             guard let p = interfaces[Interface.descriptor] else { continue }
             let owner = p["Characteristic"]?.unwrapped.objectPath
-            guard let s = services.firstIndex(where: { $0.characteristics.contains { $0.path == owner } }),
-                  let c = services[s].characteristics.firstIndex(where: { $0.path == owner }) else { throw .invalid }
-            services[s].characteristics[c].descriptors.append(AppDescriptor(
-                path: path, uuid: try uuid(p), flags: try flags(p, known: descriptorFlags), handle: try handle(p)))
+            guard let s = out.firstIndex(where: { $0.characteristics.contains { $0.path == owner } }),
+                  let c = out[s].characteristics.firstIndex(where: { $0.path == owner }) else { continue }
+            let (h, tells) = try handle(p)
+            out[s].characteristics[c].descriptors.append(AppDescriptor(path: path, uuid: try uuid(p), flags: p["Flags"]?.unwrapped.strings ?? [],
+                                                                       handle: h, tellsHandle: tells))
         }
-        guard !services.isEmpty else { throw .failed("No valid service object found") }
-        return services
+        return out
     }
 
     static let descriptorFlags = ["read", "write", "encrypt-read", "encrypt-write", "encrypt-authenticated-read",

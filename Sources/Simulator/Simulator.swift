@@ -31,6 +31,10 @@ import Synchronization
 ///   `AddAdapter(s adapter)` plugs it in again (bonded devices back, powered on by itself)
 /// - `SetRSSI(s address, s adapter, n rssi)` how loud an adapter hears a device (127: not at all)
 /// - `EndDiscovery()` ends every discovery session by itself, as BlueZ does when the adapter resets
+/// - `CentralConnect(s central, s address)`, `CentralDisconnect(s central, s address)`,
+///   `CentralRead(s central, s address, s uuid) → ay`, `CentralWrite(s central, s address, s uuid, ay value, b withResponse)`,
+///   `CentralSubscribe(s central, s address, s uuid, b on)`, `CentralNotifications(s central, s address, s uuid) → aay`:
+///   a test acts as a phone on adapter `central` (another adapter's advertisement and applications, or a device)
 ///
 /// Incoming messages are queued in arrival order (at most 1024 waiting; beyond that a call is
 /// refused with `org.freedesktop.DBus.Error.LimitsExceeded`) and handled one at a time.

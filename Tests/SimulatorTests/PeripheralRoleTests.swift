@@ -31,7 +31,7 @@ import Testing
         return found.key.rawValue
     }
 
-    @Test("RegisterApplication reads the tree, sets each Handle before it answers; bluetoothd's errors")
+    @Test("RegisterApplication reads the tree, sets each Handle asked as 0 before it answers; bluetoothd's errors")
     func registrationAndHandles() async throws {
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
@@ -57,9 +57,13 @@ import Testing
         // A characteristic of no service is refused, and nothing of it stays.
         let other = try TestApplication(sim)
         other.tree.withLock { $0 = [$0[1]] }
-        await expectError("org.bluez.Error.InvalidArguments") { try await other.register() }
+        await expectError("org.bluez.Error.Failed", "No valid service object found") { try await other.register() }
         other.tree.withLock { $0 = [] }
         await expectError("org.bluez.Error.Failed", "No object received") { try await other.register() }
+        // The GATT service is bluetoothd's own: gatt_db takes no second one.
+        other.tree.withLock { $0 = [(TestApplication.servicePath, [(Interface.service, [("UUID", .string("1801")), ("Primary", .bool(true))])])] }
+        await expectError("org.bluez.Error.Failed", "Failed to create entry in database") { try await other.register() }
+        #expect(other.calls("Set").isEmpty)
     }
 
     @Test("a requested handle is kept; a taken range fails as gatt_db does")
@@ -67,14 +71,15 @@ import Testing
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
         let first = try TestApplication(sim)
-        first.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0040))) }
+        first.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0x0040) }
         try await first.register()
-        #expect(first.handle(TestApplication.servicePath) == 0x0040)
+        // What it asked for is not told again; the others are.
+        #expect(first.calls("Set", TestApplication.servicePath).isEmpty)
         #expect(first.handle(TestApplication.valuePath) == 0x0042)
         let second = try TestApplication(sim)
-        second.tree.withLock { $0[0].1[0].1.append(("Handle", .uint16(0x0041))) }
+        second.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0x0041) }
         await expectError("org.bluez.Error.Failed", "Failed to create entry in database") { try await second.register() }
-        second.tree.withLock { $0[0].1[0].1.removeLast() }
+        second.tree.withLock { $0[0].1[0].1[2].1 = .uint16(0) }
         try await second.register()
         #expect(second.handle(TestApplication.servicePath) == 0x0047)  // after the highest handle in use
     }
@@ -89,14 +94,30 @@ import Testing
         try await app.advertise(path: ObjectPath("/test/adv2")!)
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(2))
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "SupportedInstances") == .byte(0))
+        // The two take turns: hci1 hears both, as one device (hci0's address), connectable. The
+        // beacon is not discoverable (no Flags): a discovery lists it with a filter set.
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "SetDiscoveryFilter", [.stringVariantDictionary([("Transport", .string("le"))])])
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "StartDiscovery")
+        let deadline = ContinuousClock.now + .seconds(5)
+        var data = try await sim.property(Self.served, Interface.device, "ManufacturerData")
+        while data.unwrapped.dictionaryEntries?.count != 2 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            data = try await sim.property(Self.served, Interface.device, "ManufacturerData")
+        }
+        #expect(data.unwrapped.dictionaryEntries?.map(\.key) == [.uint16(0x004C), .uint16(0xFFFF)], "\(data)")
+        try await sim.call("/org/bluez/hci1", Interface.adapter, "StopDiscovery")
+        try await sim.connect(Self.hci0Address, on: "hci1")
         await expectError("org.bluez.Error.NotPermitted", "Maximum advertisements reached") {
             try await app.advertise(path: ObjectPath("/test/adv3")!)
         }
         await expectError("org.bluez.Error.AlreadyExists") { try await app.advertise() }
         try await sim.call("/org/bluez/hci0", Interface.advertisingManager, "UnregisterAdvertisement",
                            [.objectPath(TestApplication.advertisementPath)], from: app.connection)
-        app.advertisement.withLock { $0 = [("Type", .string("sideways"))] }
-        await expectError("org.bluez.Error.Failed", "Failed to parse advertisement.") { try await app.advertise() }
+        for bad: [(String, Value)] in [[("Type", .string("sideways"))], [("Type", .string("broadcast")), ("Discoverable", .bool(true))],
+                                       [("MinInterval", .uint32(200)), ("MaxInterval", .uint32(100))], [("LocalName", .uint16(1))]] {
+            app.advertisement.withLock { $0 = bad }
+            await expectError("org.bluez.Error.Failed", "Failed to parse advertisement.") { try await app.advertise() }
+        }
         #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(1))
     }
 
@@ -151,6 +172,9 @@ import Testing
         try app.changeValue([0x22])
         try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x21])) }
         try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes([0x22])) }
+        // A notification carries what fits the MTU (247 - 3).
+        try app.changeValue(Array(repeating: 7, count: 300))
+        try await sim.signal(after: before) { $0.changes(value, Interface.characteristic, "Value", .bytes(Array(repeating: 7, count: 244))) }
 
         // The served side ends it: the central's link goes, the application hears StopNotify.
         let ending = sim.mark
@@ -180,6 +204,24 @@ import Testing
         try await again.call("Release", TestApplication.advertisementPath)
     }
 
+    @Test("bluetoothd restarting forgets the registrations: the client registers again, as after a real restart")
+    func restartForgetsRegistrations() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        try await app.advertise()
+        let mark = sim.mark
+        _ = try await sim.control("Restart", [.uint32(50)])
+        try await sim.signal(after: mark) { $0.adds(Sim.adapter) }
+        #expect(try await sim.property("/org/bluez/hci0", Interface.advertisingManager, "ActiveInstances") == .byte(0))
+        try await app.register()
+        try await app.advertise()
+        try await sim.discover([Self.hci0Address], on: "hci1")
+        try await sim.connect(Self.hci0Address, on: "hci1")
+        #expect(try await sim.read(Self.object(sim, Interface.characteristic, TestApplication.value)) == Array("hello".utf8))
+    }
+
     @Test("powered off, the serving adapter drops its centrals and is not heard; its registrations stay for when it is on")
     func servingAdapterPoweredOff() async throws {
         let sim = try await Sim.start(Self.configuration())
@@ -202,19 +244,54 @@ import Testing
         #expect(app.calls("Release").isEmpty)
     }
 
-    @Test("the application's other errors reach the central as bluetoothd maps them: Failed is ATT 0x80")
-    func applicationErrors() async throws {
+    @Test("the application's Failed is ATT 0x80, or the application error its message names, as bluetoothd maps it",
+          arguments: [("no", "0x80"), ("0x85", "0x85"), ("0x9f", "0x9f"), ("0x70", "0x0e"), ("", "0x0e")])
+    func applicationErrors(message: String, code: String) async throws {
         let sim = try await Sim.start(Self.configuration())
         defer { sim.close() }
-        let app = try TestApplication(sim, refusal: "org.bluez.Error.Failed")
+        let app = try TestApplication(sim, refusal: BusError(name: "org.bluez.Error.Failed", message: message))
         try await app.register()
         try await app.advertise()
         try await sim.discover([Self.hci0Address], on: "hci1")
         try await sim.connect(Self.hci0Address, on: "hci1")
         let refused = try await Self.object(sim, Interface.characteristic, TestApplication.refused)
-        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: 0x80") { _ = try await sim.read(refused) }
+        await expectError("org.bluez.Error.Failed", "Operation failed with ATT error: " + code) { _ = try await sim.read(refused) }
         // Its flags do not allow writes: bluetoothd refuses without asking the application.
         await expectError("org.bluez.Error.NotPermitted", "Write not permitted") { try await sim.write(refused, [1], type: "request") }
         #expect(app.calls("WriteValue").isEmpty)
+    }
+
+    @Test("the control interface's remote central acts as a phone on hci1, without a BlueZ client of its own")
+    func controlCentral() async throws {
+        let sim = try await Sim.start(Self.configuration())
+        defer { sim.close() }
+        let app = try TestApplication(sim)
+        try await app.register()
+        let hci1: Value = .string("hci1"), hci0 = Value.string(Self.hci0Address), uuid = Value.string(TestApplication.value)
+        // Not advertising: nothing to hear.
+        await expectError("io.gattway.Simulator1.Error.NotHeard") { _ = try await sim.control("CentralConnect", [hci1, hci0]) }
+        try await app.advertise()
+        _ = try await sim.control("CentralConnect", [hci1, hci0])
+        #expect(try await sim.property(Self.served, Interface.device, "Connected") == .bool(true))
+        #expect(try await sim.control("CentralRead", [hci1, hci0, uuid]).first == .bytes(Array("hello".utf8)))
+        _ = try await sim.control("CentralWrite", [hci1, hci0, uuid, .bytes([9]), .bool(true)])
+        #expect(try await app.call("WriteValue", TestApplication.valuePath).body[1].stringDictionary?["type"]?.unwrapped == .string("request"))
+        _ = try await sim.control("CentralSubscribe", [hci1, hci0, uuid, .bool(true)])
+        try await app.call("StartNotify", TestApplication.valuePath)
+        try app.changeValue([1])
+        try app.changeValue([2])
+        var got: [Value] = []
+        while got.count < 2 {
+            got += try await sim.control("CentralNotifications", [hci1, hci0, uuid]).first?.array ?? []
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(got == [.bytes([1]), .bytes([2])])
+        await expectError("io.gattway.Simulator1.Error.InvalidArguments") {
+            _ = try await sim.control("CentralRead", [hci1, hci0, .string("2a19")])
+        }
+        _ = try await sim.control("CentralDisconnect", [hci1, hci0])
+        #expect(try await sim.property(Self.central, Interface.device, "Connected") == .bool(false))
+        try await app.call("StopNotify", TestApplication.valuePath)
+        await expectError("io.gattway.Simulator1.Error.NotConnected") { _ = try await sim.control("CentralRead", [hci1, hci0, uuid]) }
     }
 }

@@ -7,7 +7,8 @@ import Testing
 /// A peripheral-role client on a bus connection of its own, as gattway's BlueZ side exports
 /// one: a GATT application at /test/app (one service: a readable, writable, notifying
 /// characteristic with a user description, and one whose reads the application refuses) and an
-/// advertisement at /test/adv. It records every call bluetoothd makes.
+/// advertisement at /test/adv. It records every call bluetoothd makes. Each object has a Handle
+/// of 0 (any), which bluetoothd sets to the one it gives.
 final class TestApplication: Sendable {
     static let service = "5a1e0001-0000-4000-8000-00805f9b34fb"
     static let value = "5a1e0002-0000-4000-8000-00805f9b34fb"
@@ -25,24 +26,30 @@ final class TestApplication: Sendable {
     /// The objects GetManagedObjects answers (a test may replace them).
     let tree: Mutex<[(ObjectPath, [(String, [(String, Value)])])]>
     let advertisement: Mutex<[(String, Value)]>
+    /// What an advertisement at any other path says: a beacon.
+    let beacon: Mutex<[(String, Value)]> = Mutex([
+        ("Type", .string("broadcast")),
+        ("ManufacturerData", .dictionary(key: Types.q, value: Types.v, [.init(.uint16(0x004C), .variant(.bytes([3])))])),
+    ])
 
     /// The error the refused characteristic's reads get.
-    private let refusal: String
+    private let refusal: BusError
 
-    init(_ sim: Sim, refusal: String = "org.bluez.Error.NotPermitted") throws {
+    init(_ sim: Sim, refusal: BusError = BusError(name: "org.bluez.Error.NotPermitted", message: "no")) throws {
         self.sim = sim
         self.refusal = refusal
         connection = try Connection(address: sim.bus.address)
         tree = Mutex([
-            (Self.servicePath, [(Interface.service, [("UUID", .string(Self.service)), ("Primary", .bool(true))])]),
+            (Self.servicePath, [(Interface.service, [("UUID", .string(Self.service)), ("Primary", .bool(true)), ("Handle", .uint16(0))])]),
             (Self.valuePath, [(Interface.characteristic, [("UUID", .string(Self.value)), ("Service", .objectPath(Self.servicePath)),
-                                                          ("Flags", .strings(["read", "write", "write-without-response", "notify"]))])]),
+                                                          ("Flags", .strings(["read", "write", "write-without-response", "notify"])),
+                                                          ("Handle", .uint16(0))])]),
             (Self.refusedPath, [(Interface.characteristic, [("UUID", .string(Self.refused)), ("Service", .objectPath(Self.servicePath)),
-                                                            ("Flags", .strings(["read"]))])]),
+                                                            ("Flags", .strings(["read"])), ("Handle", .uint16(0))])]),
             (Self.descriptorPath, [(Interface.descriptor, [("UUID", .string("2901")), ("Characteristic", .objectPath(Self.valuePath)),
-                                                           ("Flags", .strings(["read"]))])]),
+                                                           ("Flags", .strings(["read"])), ("Handle", .uint16(0))])]),
         ])
-        advertisement = Mutex([("Type", .string("peripheral")), ("LocalName", .string("sim-periph")),
+        advertisement = Mutex([("Type", .string("peripheral")), ("LocalName", .string("sim-periph")), ("Discoverable", .bool(true)),
                                ("ServiceUUIDs", .strings([Self.service])),
                                ("ManufacturerData", .dictionary(key: Types.q, value: Types.v, [.init(.uint16(0xFFFF), .variant(.bytes([1, 2])))]))])
         connection.setMethodCallHandler { [weak self] call in self?.received(call) }
@@ -59,12 +66,13 @@ final class TestApplication: Sendable {
             answer = call.reply([.dictionary(key: Types.o, value: Types.asasv, objects.map { path, interfaces in
                 .init(.objectPath(path), .dictionary(key: Types.s, value: Types.asv, interfaces.map { .init(.string($0.0), .stringVariantDictionary($0.1)) }))
             })])
-        case ("GetAll", _):
-            answer = call.reply([.stringVariantDictionary(advertisement.withLock { $0 })])
+        case ("GetAll", let path):
+            let properties = path == Self.advertisementPath ? advertisement.withLock { $0 } : beacon.withLock { $0 }
+            answer = call.reply([.stringVariantDictionary(properties)])
         case ("ReadValue", .some(Self.valuePath)): answer = call.reply([.bytes(Array("hello".utf8))])
         case ("ReadValue", .some(Self.descriptorPath)): answer = call.reply([.bytes(Array("greeting".utf8))])
         case ("ReadValue", .some(Self.refusedPath)):
-            answer = call.errorReply(BusError(name: refusal, message: "no"))
+            answer = call.errorReply(refusal)
         default: answer = call.reply()
         }
         if !call.noReplyExpected { try? connection.send(answer) }

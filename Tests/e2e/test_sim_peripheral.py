@@ -122,6 +122,11 @@ class Advertisement(ServiceInterface):
         return [SERVICE]
 
     @dbus_property(access=PropertyAccess.READ)
+    def Discoverable(self) -> "b":
+        # LE General Discoverable: listed by a discovery without a filter (gattway's scan) too.
+        return True
+
+    @dbus_property(access=PropertyAccess.READ)
     def ManufacturerData(self) -> "a{qv}":
         return {0xFFFF: Variant("ay", b"\x01\x02")}
 
