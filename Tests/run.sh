@@ -167,6 +167,16 @@ fi
 suite_realbluez() {
     step "against real BlueZ (the VM): the scenario, pairing, reads after writes, serial, ESPHome, two adapters, reconnection"
     if [ "$realbluez" != booted ]; then echo "not run: $realbluez"; return 0; fi
+    # First on the CPU (as root): the VM's emulated controllers (QEMU's TCG, no KVM) and these
+    # tests' gattway keep BLE's timing, which the three other jobs on two cores once starved (a
+    # clean-clone run: a connect that timed out, a link lost while its services were resolved);
+    # the other jobs only wait a little longer. Threads inherit it; QEMU's are set one by one.
+    if [ "$(id -u)" = 0 ]; then
+        renice -n -5 -p "$BASHPID" >/dev/null 2>&1 || true
+        for task in $(pgrep -f qemu-system | sed 's|^|/proc/|; s|$|/task/*|'); do
+            renice -n -10 -p "${task##*/}" >/dev/null 2>&1 || true
+        done
+    fi
     # The scenario, then on the same VM the two adapters (the linked one powered off 5 times) and
     # the reliability tests (10 bluetoothd restarts in a row, then the device out of range for 2,
     # 5, 10 and 30 s, five times each, with two holds), which print how long each recovery took

@@ -4,10 +4,15 @@ gateway's container is killed. Run by Tests/docker/compose-mqtt.sh:
     compose_check.py PORT up          both gateways online; each heard sensors (retained, with
                                       its gateway id); Home Assistant configs for them, each
                                       unique id once, with availability and via_device
-    compose_check.py PORT offline ID  gattway/ID/availability turns offline (the last will)
-    compose_check.py PORT online ID   ... and online again (the container restarted)
+    compose_check.py PORT crash ID COMMAND...
+                                      gattway/ID/availability is online; COMMAND (which kills
+                                      it) runs; the availability turns offline (the last will),
+                                      then online again (the container restarted). Watched
+                                      from before the kill: a restart quicker than this
+                                      script's start would otherwise hide the offline.
 Prints what it saw; exit 1 when a condition did not hold within its bound."""
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -16,10 +21,13 @@ import paho.mqtt.client as mqtt
 
 port, what = int(sys.argv[1]), sys.argv[2]
 retained, lock, changed = {}, threading.Lock(), threading.Condition()
+# Every payload of each topic, in order (an offline followed at once by online is both).
+history = {}
 
 
 def message(client, userdata, msg):
     with changed:
+        history.setdefault(msg.topic, []).append(msg.payload.decode())
         if msg.payload:
             retained[msg.topic] = msg.payload.decode()
         else:
@@ -90,9 +98,18 @@ if what == "up":
         assert c["device"].get("via_device"), c["device"]
     print(f"Home Assistant: {len(found)} entities ({len(heard)} of sensors heard), every unique id once,"
           " each sensor's with availability and via_device")
-elif what in ("offline", "online"):
-    gateway = sys.argv[3]
-    wait(lambda h: h.get(f"gattway/{gateway}/availability") == what, 60, f"{gateway} {what}")
-    print(f"{gateway}: {what}")
+elif what == "crash":
+    gateway, command = sys.argv[3], sys.argv[4:]
+    topic = f"gattway/{gateway}/availability"
+    wait(lambda h: h.get(topic) == "online", 60, f"{gateway} online before the crash")
+    with changed:
+        seen = len(history[topic])
+    subprocess.run(command, check=True)
+    wait(lambda h: "offline" in history[topic][seen:], 60, f"{gateway} offline (its last will)")
+    print(f"{gateway}: offline")
+    with changed:
+        seen += history[topic][seen:].index("offline") + 1
+    wait(lambda h: "online" in history[topic][seen:], 60, f"{gateway} online again")
+    print(f"{gateway}: online again")
 client.loop_stop()
 client.disconnect()

@@ -162,7 +162,16 @@ def device_status(gw):
             kernel = [line.strip() for line in f if "kernel BUG" in line or "corruption" in line]
     except OSError:
         kernel = []
-    return {**status, "guest kernel": kernel} if kernel else status
+    if kernel:
+        status["guest kernel"] = kernel
+    # What the peripheral's side holds (a link it still believes in stops its advertising),
+    # and gattway's last words about the device: a failure in CI shows its cause here.
+    try:
+        status["peripheral side"] = lab("guest-exec", "btmgmt --index 1 con; btmgmt --index 1 advinfo", timeout=30).split("\n")[-12:]
+    except Exception as e:  # the lab may be what failed
+        status["peripheral side"] = f"not asked: {e}"
+    status["gattway's log"] = [line for line in gw.log if DEVICE in line or "adapter" in line][-25:]
+    return status
 
 
 def restart_bluetoothd(gw, down):
