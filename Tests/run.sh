@@ -165,7 +165,7 @@ else
 fi
 
 suite_realbluez() {
-    step "against real BlueZ (the VM): the scenario, pairing, reads after writes, serial, ESPHome, two adapters, reconnection"
+    step "against real BlueZ (the VM): the scenario, pairing, reads after writes, serial, ESPHome, two adapters, the peripheral role, reconnection"
     if [ "$realbluez" != booted ]; then echo "not run: $realbluez"; return 0; fi
     # First on the CPU (as root): the VM's emulated controllers (QEMU's TCG, no KVM) and these
     # tests' gattway keep BLE's timing, which the three other jobs on two cores once starved (a
@@ -187,7 +187,7 @@ suite_realbluez() {
         $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py \
         Tests/e2e/test_read_your_writes_realbluez.py Tests/e2e/test_serial_realbluez.py \
         Tests/e2e/test_esphome_realbluez.py Tests/e2e/test_adapters_realbluez.py \
-        Tests/e2e/test_reliability_realbluez.py \
+        Tests/e2e/test_peripheral_realbluez.py Tests/e2e/test_reliability_realbluez.py \
         > "$log" 2>&1 || rc=$?
     grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error|^events validated|^WebSocket replies validated|^types seen' "$log" || true
     if [ "$rc" -ne 0 ]; then
@@ -200,9 +200,10 @@ suite_realbluez() {
              "the VM's in $RB_STATE_DIR/*.log" >&2
         return 1
     fi
-    # Two adapters are part of what must pass: a VM without hci2 skips them, which fails here.
-    if grep -q 'test_adapters_realbluez.py.* SKIPPED' "$log"; then
-        echo "FAILED: the two-adapter test was skipped (the VM has no hci2?)" >&2
+    # Two adapters are part of what must pass (and the peripheral role, served on hci0 to hci2):
+    # a VM without hci2 skips them, which fails here.
+    if grep -qE 'test_(adapters|peripheral)_realbluez.py.* SKIPPED' "$log"; then
+        echo "FAILED: a test that needs hci2 was skipped (the VM has no hci2?)" >&2
         return 1
     fi
 }

@@ -116,7 +116,7 @@ package final class PeripheralRole: Sendable {
         let found = state.withLock { s in
             s.services.values.first { $0.service.uuid == uuid } ?? Int(selector).flatMap { s.services[$0] }
         }
-        guard let found else { throw BLEError(.invalidHandle, "no local service \"\(selector)\" (GET /v1/peripheral lists them)") }
+        guard let found else { throw BLEError(.invalidHandle, "no local service \"\(selector)\"; the peripheral role lists what it serves") }
         return found
     }
 
@@ -135,7 +135,7 @@ package final class PeripheralRole: Sendable {
             }
             return nil
         }
-        guard let found else { throw BLEError(.invalidHandle, "no local characteristic \"\(selector)\" (GET /v1/peripheral lists them)") }
+        guard let found else { throw BLEError(.invalidHandle, "no local characteristic \"\(selector)\"; the peripheral role lists what it serves") }
         return found
     }
 
@@ -177,7 +177,7 @@ package final class PeripheralRole: Sendable {
 
     package func stopAdvertising(_ selector: String) async throws(BLEError) {
         guard let id = Int(selector), state.withLock({ $0.advertisements[id] != nil }) else {
-            throw BLEError(.invalidHandle, "no advertisement \"\(selector)\" (GET /v1/peripheral lists them)")
+            throw BLEError(.invalidHandle, "no advertisement \"\(selector)\"; the peripheral role lists what it serves")
         }
         try await manager.stopAdvertising(id)
         state.withLock { s in
