@@ -270,6 +270,12 @@ def test_dashboard_at_phone_width(browser):
         # Nothing wider than the screen: the page does not scroll sideways.
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         dash.shot("phone.png")
+        # The Peripheral view, with a service served (long UUIDs) and the forms, fits too.
+        page.get_by_role("link", name="Peripheral").click()
+        page.get_by_role("button", name="Define").click()
+        playwright.expect(page.locator("#served .char .value")).to_have_text('0x68656c6c6f  "hello"', timeout=WAIT_MS)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        dash.shot("phone-peripheral.png")
         assert dash.problems == [], dash.problems
     finally:
         gw.stop()
