@@ -371,6 +371,7 @@ def test_dashboard_terminal_on_the_serial_device(browser, tmp_path):
 
 PERIPHERAL_SERVICE = "5a1e0001-0000-4000-8000-00805f9b34fb"
 GREETING = "5a1e0002-0000-4000-8000-00805f9b34fb"  # the example, which the page offers
+INDICATING_SERVICE, INDICATED = "5a1e0010-0000-4000-8000-00805f9b34fb", "5a1e0011-0000-4000-8000-00805f9b34fb"
 HCI0, HCI1 = "00:1A:7D:DA:71:13", "00:1A:7D:DA:71:14"
 
 
@@ -450,6 +451,21 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         assert notifications.wait(lambda e: e["device"] == HCI0 and e["value"] == "21.5", 5), notifications.events
         expect(greeting.locator(".value")).to_have_text('0x32312e35  "21.5"')
 
+        # A second service, typed in, with an indication that the central confirms.
+        page.locator("#definition").fill(json.dumps({"uuid": INDICATING_SERVICE, "characteristics": [
+            {"uuid": INDICATED, "properties": ["read", "indicate"], "value": "0", "format": "utf8"}]}))
+        page.get_by_role("button", name="Define").click()
+        indicated = page.locator(f'#served .char[data-uuid="{INDICATED}"]')
+        expect(indicated.locator(".value")).to_have_text('0x30  "0"')
+        expect(page.locator("#service-count")).to_have_text("2")
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/characteristics/{INDICATED}/notifications")
+        assert status == 200, body
+        expect(indicated.locator(".props")).to_contain_text("subscribed")
+        indicated.get_by_label("value to set").fill("7")
+        indicated.get_by_role("button", name="Set").click()
+        expect(indicated.locator(".set-result")).to_contain_text("sent: yes")
+        expect(log.locator('li[data-type="indicationConfirmed"] .char')).to_have_text(INDICATED)
+
         # Reads answered by the page: a claim over its WebSocket.
         greeting.get_by_label("answer to reads").fill("from the page")
         greeting.get_by_label("answer reads myself with").check()
@@ -457,6 +473,12 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         status, body, _ = gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")
         assert status == 200 and body["value"] == "from the page", body
         expect(log.locator('li[data-type="peripheralRead"]').first).to_contain_text('answered 0x66726f6d207468652070616765  "from the page"')
+        # A claimed write is answered done, and not stored.
+        status, body, _ = gw.request("PUT", f"/v1/devices/{HCI0}/characteristics/{GREETING}/value",
+                                     {"value": "claimed", "format": "utf8", "withResponse": True})
+        assert status == 200, body
+        expect(log.locator('li[data-type="peripheralWrite"]').first).to_contain_text('"claimed" → answered done')
+        expect(greeting.locator(".value")).to_have_text('0x32312e35  "21.5"')
         greeting.get_by_label("answer reads myself with").uncheck()
         expect(greeting.locator(".props")).not_to_contain_text("answered here")
         assert gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")[1]["value"] == "21.5"
@@ -467,10 +489,22 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         assert gw.post(f"/v1/devices/{HCI0}/disconnect", {})[0] == 200
         expect(log.locator('li[data-type="centralDisconnected"] .central')).to_have_text(HCI1)
         expect(page.locator("#central-count")).to_have_text("0")
+        # An iBeacon preset beside it: a beacon, not connectable.
+        page.locator("#advertise-kind").select_option("iBeacon")
+        expect(page.get_by_label("Local name")).to_be_hidden()
+        page.get_by_label("Major").fill("7")
+        page.get_by_role("button", name="Start advertising").click()
+        beacon = page.locator('#advertisements li[data-advertisement="2"]')
+        expect(beacon.locator(".name")).to_have_text("#2 iBeacon e2c56db5-dffb-48d2-b060-d0f5a71096e0 7/1")
+        expect(beacon.locator(".meta")).to_have_text("on hci0 · not connectable")
+        expect(hci0).to_have_text(re.compile(r"^advertisements: 2 running, "))
+        beacon.get_by_role("button", name="stop advertisement 2").click()
         advertisement.get_by_role("button", name="stop advertisement 1").click()
         expect(page.locator("#advertisements li")).to_have_count(0)
         expect(hci0).to_have_text(re.compile(r"^advertisements: 0 running, "))
         page.get_by_role("button", name="remove service 1").click()
+        expect(page.locator("#served .service")).to_have_count(1)
+        page.get_by_role("button", name="remove service 2").click()
         expect(page.locator("#served .service")).to_have_count(0)
         assert gw.get("/v1/peripheral")[1]["services"] == []
         # The central's view is still there.

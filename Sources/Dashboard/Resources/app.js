@@ -935,9 +935,12 @@ function onStreamMessage(m) {
   switch (m.type) {
     case "state":
       showState(m);
+      if (peripheralShown()) schedulePeripheral();
       break;
     case "adapter":
       adapterChanged(m);
+      // An adapter's power or presence changes what the peripheral side can serve.
+      if (peripheralShown()) schedulePeripheral();
       break;
     case "advertisement":
       mergeDevice(m.peripheral);
