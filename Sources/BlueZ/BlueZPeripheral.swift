@@ -248,11 +248,7 @@ public final class BlueZPeripheral: PeripheralManager {
     /// The adapter a definition names, or the first usable one.
     func adapterName(_ named: String?) throws(BLEError) -> String {
         guard let named else { return String(try link.usableAdapter().lastElement) }
-        guard let path = BlueZ.root.child(named), let props = link.tree.properties(at: path, BlueZ.adapterInterface) else {
-            throw BLEError(.invalidParameters, "no adapter \(named)")
-        }
-        guard props["Powered"]?.bool == true else { throw BLEError(.unknown, "Bluetooth is poweredOff: adapter \(named) is powered off") }
-        return named
+        return String(try link.usableAdapter(named: named).lastElement)
     }
 
     func inTurn<T: Sendable>(_ adapter: String, _ body: () async throws(BLEError) -> T) async throws(BLEError) -> T {

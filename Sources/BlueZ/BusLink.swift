@@ -368,4 +368,16 @@ final class BusLink: Sendable {
         }
         return path
     }
+
+    /// The adapter a request names, if gattway may use it now; else the request's error, which
+    /// lists those it may.
+    func usableAdapter(named: String) throws(BLEError) -> ObjectPath {
+        let usable = usableAdapters()
+        guard let adapter = usable.first(where: { $0.lastElement == named }) else {
+            let names = usable.map { String($0.lastElement) }
+            throw BLEError(.invalidParameters, "adapter \(named) is not one gattway can use now (absent, powered off or not selected); usable: "
+                           + (names.isEmpty ? "none" : names.joined(separator: ", ")))
+        }
+        return adapter
+    }
 }

@@ -155,11 +155,7 @@ final class Connector: Sendable {
     func adapters(for id: BluetoothAddress, named: String?) throws(BLEError) -> [ObjectPath] {
         let usable = link.usableAdapters()
         if let named {
-            guard let adapter = usable.first(where: { $0.lastElement == named }) else {
-                let names = usable.map { String($0.lastElement) }
-                throw BLEError(.invalidParameters, "adapter \(named) is not one gattway can use now (absent, powered off or not selected); usable: "
-                               + (names.isEmpty ? "none" : names.joined(separator: ", ")))
-            }
+            let adapter = try link.usableAdapter(named: named)
             guard let path = adapter.child(BlueZ.pathElement(id)), tree.properties(at: path, BlueZ.deviceInterface) != nil else {
                 throw BLEError(.unknownDevice, "\(named) has not heard \(id); scan for it first")
             }

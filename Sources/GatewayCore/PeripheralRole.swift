@@ -22,6 +22,8 @@ package final class PeripheralRole: Sendable {
 
     private struct Pending {
         let owner: Int
+        let read: Bool
+        let notice: PeripheralNotice
         let continuation: CheckedContinuation<PeripheralResponse, Never>
         let timer: Task<Void, Never>
     }
@@ -83,11 +85,12 @@ package final class PeripheralRole: Sendable {
 
     /// The API names a local characteristic by its UUID: each is served once.
     private func checkUnique(_ service: LocalService) throws(BLEError) {
-        let served = state.withLock { s in s.services.values.map(\.service) }
-        if served.contains(where: { $0.uuid == service.uuid && ($0.adapter == service.adapter || service.adapter == nil) }) {
+        let served = state.withLock { s in s.services.values.map { ($0.adapter, $0.service) } }
+        // Without an adapter the stack picks one: any adapter's copy is a twin then.
+        if served.contains(where: { $0.1.uuid == service.uuid && (service.adapter == nil || service.adapter == $0.0) }) {
             throw BLEError(.invalidParameters, "uuid: service \(service.uuid.uuidString) is served already; remove it first")
         }
-        let taken = Set(served.flatMap { $0.characteristics.map(\.uuid) })
+        let taken = Set(served.flatMap { $0.1.characteristics.map(\.uuid) })
         if let twice = service.characteristics.first(where: { taken.contains($0.uuid) }) {
             throw BLEError(.invalidParameters, "characteristic \(twice.uuid.uuidString) is served already by another service; the API"
                            + " names local characteristics by UUID, so each is served once")
@@ -107,11 +110,11 @@ package final class PeripheralRole: Sendable {
         keep()
     }
 
-    /// A service by its id or its UUID.
+    /// A service by its UUID or its id (a served UUID first: "1812" is that service, not id 1812).
     package func service(_ selector: String) throws(BLEError) -> RegisteredService {
         let uuid = BluetoothUUID(selector)
         let found = state.withLock { s in
-            Int(selector).flatMap { s.services[$0] } ?? s.services.values.first { $0.service.uuid == uuid }
+            s.services.values.first { $0.service.uuid == uuid } ?? Int(selector).flatMap { s.services[$0] }
         }
         guard let found else { throw BLEError(.invalidHandle, "no local service \"\(selector)\" (GET /v1/peripheral lists them)") }
         return found
@@ -145,10 +148,16 @@ package final class PeripheralRole: Sendable {
             throw BLEError(.invalidParameters, "value: \(value.count) bytes; an attribute holds at most \(ServiceDefinition.maximumValueLength)")
         }
         let (attribute, service) = try characteristic(selector)
-        state.withLock { $0.values[attribute] = value }
+        let before = state.withLock { $0.values.updateValue(value, forKey: attribute) }
         let props = service.service.characteristics[attribute.characteristic].properties
         guard !props.isDisjoint(with: [.notify, .indicate]) else { return (attribute, false) }
-        return (attribute, try await manager.updateValue(value, for: attribute))
+        do {
+            return (attribute, try await manager.updateValue(value, for: attribute))
+        } catch {
+            // Not sent: the client is told, and reads answer what they did.
+            state.withLock { $0.values[attribute] = before }
+            throw error
+        }
     }
 
     package func value(_ attribute: LocalAttribute) -> [UInt8] { state.withLock { $0.values[attribute] ?? [] } }
@@ -186,8 +195,9 @@ package final class PeripheralRole: Sendable {
     package func claim(_ selector: String, owner: Int) throws(BLEError) -> (LocalAttribute, RegisteredService) {
         let (attribute, service) = try characteristic(selector)
         try state.withLock { s throws(BLEError) in
-            if let other = s.claims[attribute], other != owner {
-                throw BLEError(.invalidParameters, "characteristic \(selector) is claimed by another client; it answers its requests")
+            if let other = s.claims[attribute] {
+                throw BLEError(.invalidParameters, other == owner ? "characteristic \(selector) is claimed by this socket already"
+                               : "characteristic \(selector) is claimed by another client; it answers its requests")
             }
             s.claims[attribute] = owner
         }
@@ -221,6 +231,11 @@ package final class PeripheralRole: Sendable {
                                + " \(answerDeadline.inSeconds) s deadline (the central got unlikelyError then)")
             }
             guard p.owner == owner else { throw BLEError(.invalidParameters, "request \(id) was sent to another client") }
+            switch response {
+            case .value where !p.read: throw BLEError(.invalidParameters, "request \(id) is a write: answer it without a value (or with an error)")
+            case .done where p.read: throw BLEError(.invalidParameters, "request \(id) is a read: answer it with a value (or an error)")
+            default: break
+            }
             s.pending[id] = nil
             return p
         }
@@ -276,7 +291,7 @@ package final class PeripheralRole: Sendable {
     /// Hands a request to the client that claimed it, and waits for its answer or the deadline.
     private func forward(_ notice: PeripheralNotice, to owner: Int) async -> PeripheralResponse {
         await withCheckedContinuation { continuation in
-            let id = state.withLock { s -> String in
+            let (id, sent) = state.withLock { s -> (String, PeripheralNotice) in
                 s.requests += 1
                 let id = "r\(s.requests)"
                 let deadline = answerDeadline
@@ -285,12 +300,12 @@ package final class PeripheralRole: Sendable {
                     guard !Task.isCancelled else { return }
                     self?.expire(id)
                 }
-                s.pending[id] = Pending(owner: owner, continuation: continuation, timer: timer)
-                return id
+                var notice = notice
+                notice.request = id
+                s.pending[id] = Pending(owner: owner, read: notice.kind == .read, notice: notice, continuation: continuation, timer: timer)
+                return (id, notice)
             }
-            var notice = notice
-            notice.request = id
-            hub.publish(.peripheral(notice))
+            hub.publish(.peripheral(sent))
         }
     }
 
@@ -298,6 +313,10 @@ package final class PeripheralRole: Sendable {
         guard let p = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
         log("peripheral: request \(id) not answered within \(answerDeadline.inSeconds) s: the central gets unlikelyError")
         p.continuation.resume(returning: .error(.unlikelyError))
+        // The claiming client hears it as the same request, with its error.
+        var notice = p.notice
+        notice.error = BLEError(.connectionTimeout, "request \(id) was not answered within \(answerDeadline.inSeconds) s; the central got unlikelyError")
+        hub.publish(.peripheral(notice))
     }
 
     private static func describe(_ a: LocalAttribute, in services: [Int: RegisteredService]) -> (adapter: String, attribute: PeripheralNotice.Attribute)? {

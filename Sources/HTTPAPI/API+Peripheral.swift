@@ -195,6 +195,7 @@ struct LocalAdvertisementBody: Encodable {
     func encode(to encoder: any Encoder) throws {
         var request = request
         request.adapter = nil  // said below, as where it is
+        request.connectable = registered.definition.connectable  // what a preset made of it too
         try request.encode(to: encoder)
         var c = encoder.container(keyedBy: Keys.self)
         try c.encode(registered.id, forKey: .id)

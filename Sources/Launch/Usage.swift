@@ -34,9 +34,11 @@ extension Options {
             """, column: 28)
         lines += ["", """
             API: /v1/state, /v1/adapters, /v1/scan, /v1/devices[/{id}[/connect|/disconnect|/gatt|
-            /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], live events
-            on /v1/events (SSE) and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See
-            docs/, openapi.yaml.
+            /services|/characteristics/{char}[/value|/notifications]]], /v1/sensors[/{id}], the
+            peripheral role on /v1/peripheral[/services|/characteristics/{char}/value|/advertisements]
+            (gattway advertises and serves GATT services defined there), live events on /v1/events
+            (SSE) and /v1/ws (WebSocket). Errors are JSON with CoreBluetooth codes. See docs/,
+            openapi.yaml.
             """]
         return lines.joined(separator: "\n")
     }

@@ -132,6 +132,19 @@ import GatewayTesting
         _ = try role.claim("5a1e0002-0000-4000-8000-00805f9b34fb", owner: owner)
         #expect(await read() == .error(.unlikelyError))
         #expect(throws: BLEError.self) { try role.respond("r1", owner: owner, with: .value([1])) }
+        // Claimed once per socket; a second claim of it is refused, not stacked.
+        #expect(throws: BLEError.self) { _ = try role.claim("5a1e0002-0000-4000-8000-00805f9b34fb", owner: owner) }
+    }
+
+    @Test func anAnswerMustFitItsRequest() async throws {
+        _ = try await define()
+        _ = try await send(#"{"op": "claim", "id": "1", "characteristic": "5a1e0002-0000-4000-8000-00805f9b34fb"}"#)
+        async let answer = read()
+        while role.waitingRequests == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        let bare = try await send(#"{"op": "respond", "id": "2", "request": "r1"}"#)
+        #expect((bare["error"] as? [String: Any])?["message"] as? String == "request r1 is a read: answer it with a value (or an error)")
+        #expect(try await send(#"{"op": "respond", "id": "3", "request": "r1", "value": "07"}"#)["op"] as? String == "ack")
+        #expect(await answer == .value([7]))
     }
 
     @Test func theStateFileKeepsServicesAndAdvertisementsForTheNextStart() async throws {

@@ -282,7 +282,7 @@ extension Reply {
         #expect(known(ConnectRequest.self) == "adapter, autoReconnect, timeout")
         #expect(known(WriteRequest.self) == "format, fragment, value, withResponse")
         #expect(known(CommandSession.Command.self)
-                == "characteristic, device, everyPacket, format, id, offset, op, subscription, types, value, withResponse")
+                == "characteristic, device, error, everyPacket, format, id, offset, op, request, subscription, types, value, withResponse")
     }
 }
 

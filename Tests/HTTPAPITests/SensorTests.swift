@@ -74,7 +74,8 @@ import GatewayTesting
         #expect(reply.status == 400)
         #expect(reply.error?["message"] as? String == "everyPacket: \"yes\" is neither true nor false")
         let unknown = try await call(router, "GET", "/v1/events?types=sensors")
-        #expect(unknown.error?["message"] as? String == "unknown event type \"sensors\"; types are state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged, adapter")
+        #expect(unknown.error?["message"] as? String == "unknown event type \"sensors\"; types are state, advertisement, connection, notification, sensor, hold, pairing, servicesChanged, adapter, "
+                + "centralConnected, centralDisconnected, subscribed, unsubscribed, peripheralRead, peripheralWrite, indicationConfirmed")
     }
 }
 

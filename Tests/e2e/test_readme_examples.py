@@ -27,6 +27,7 @@ EXPECTED = {
     "node-red": "docs/sensors.md",
     "mqtt-expose": "docs/mqtt.md",
     "pyserial": "docs/serial-ports.md",
+    "peripheral": "README.md",
 }
 
 
@@ -140,6 +141,17 @@ def test_node_red_flow_requests_the_sensor_and_keeps_a_number(gw):
             value = value[part]
         msg[rule["p"]] = value
     assert isinstance(msg["payload"], (int, float)) and -40 <= msg["payload"] <= 60, msg
+
+
+def test_the_peripheral_example_serves_a_value_and_advertises(gw):
+    out = run_shell(gw, EXAMPLES["peripheral"])
+    assert out.returncode == 0, out.stderr
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [a.get("registered") for a in answers[:2]] == [True, True], answers
+    assert answers[2]["value"] == "21.5" and answers[2]["sent"] is False, answers
+    served = gw.get("/v1/peripheral?format=utf8")[1]
+    assert served["services"][0]["characteristics"][0]["value"] == "21.5", served
+    assert served["advertisements"][0]["localName"] == "gattway-demo", served
 
 
 def test_pyserial():
