@@ -7,10 +7,12 @@ JSON index, ETag and 304, the CSP, open without a token."""
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 import contract
 import streamtap
@@ -413,7 +415,8 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         page.locator("#advertise-adapter").select_option("hci0")
         page.get_by_role("button", name="Start advertising").click()
         advertisement = page.locator("#advertisements li").first
-        expect(advertisement.locator(".name")).to_have_text(f'#1 "gattway-demo" · {PERIPHERAL_SERVICE}')
+        first_ad = gw.get("/v1/peripheral")[1]["advertisements"][0]["id"]  # the stack's numbers: ids as it gives them
+        expect(advertisement.locator(".name")).to_have_text(f'#{first_ad} "gattway-demo" · {PERIPHERAL_SERVICE}')
         expect(advertisement.locator(".badge")).to_have_text("on air")
         expect(hci0).to_have_text(re.compile(r"^advertisements: 1 running, \d+ more possible$"))
 
@@ -482,6 +485,24 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         greeting.get_by_label("answer reads myself with").uncheck()
         expect(greeting.locator(".props")).not_to_contain_text("answered here")
         assert gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")[1]["value"] == "21.5"
+        # Claimed by another client: the page says so, logs the request as someone else's, and
+        # its own claim is refused with the reason.
+        got = []
+        with ws_connect(gw.base.replace("http", "ws", 1) + "/v1/ws") as other:
+            other.send(json.dumps({"op": "claim", "id": "c", "characteristic": GREETING, "format": "utf8"}))
+            assert json.loads(other.recv(timeout=10))["op"] == "ack"
+            reading = threading.Thread(target=lambda: got.append(gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")))
+            reading.start()
+            request = json.loads(other.recv(timeout=10))
+            assert request["type"] == "peripheralRead" and request["request"], request
+            other.send(json.dumps({"op": "respond", "id": "r", "request": request["request"], "value": "elsewhere", "format": "utf8"}))
+            reading.join(10)
+            assert got and got[0][1]["value"] == "elsewhere", got
+            expect(log.locator('li[data-type="peripheralRead"]').first).to_contain_text(f'(request {request["request"]}, claimed elsewhere)')
+            expect(greeting.locator(".props")).to_contain_text("claimed")
+            greeting.get_by_label("answer reads myself with").check()
+            expect(page.locator("#errors .error").first).to_contain_text("claim 5a1e0002-0000-4000-8000-00805f9b34fb: invalidParameters (CBErrorDomain 1) characteristic 5a1e0002-0000-4000-8000-00805f9b34fb is claimed by another client")
+            expect(greeting.get_by_label("answer reads myself with")).not_to_be_checked()
         expect(page.locator("#request-count")).not_to_have_text("0")
         page.evaluate("window.scrollTo(0, 0)")
         dash.shot("peripheral.png")
@@ -494,17 +515,20 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         expect(page.get_by_label("Local name")).to_be_hidden()
         page.get_by_label("Major").fill("7")
         page.get_by_role("button", name="Start advertising").click()
-        beacon = page.locator('#advertisements li[data-advertisement="2"]')
-        expect(beacon.locator(".name")).to_have_text("#2 iBeacon e2c56db5-dffb-48d2-b060-d0f5a71096e0 7/1")
+        expect(page.locator("#advertisements li")).to_have_count(2)
+        beacon_ad = gw.get("/v1/peripheral")[1]["advertisements"][1]["id"]
+        beacon = page.locator(f'#advertisements li[data-advertisement="{beacon_ad}"]')
+        expect(beacon.locator(".name")).to_have_text(f"#{beacon_ad} iBeacon e2c56db5-dffb-48d2-b060-d0f5a71096e0 7/1")
         expect(beacon.locator(".meta")).to_have_text("on hci0 · not connectable")
         expect(hci0).to_have_text(re.compile(r"^advertisements: 2 running, "))
-        beacon.get_by_role("button", name="stop advertisement 2").click()
-        advertisement.get_by_role("button", name="stop advertisement 1").click()
+        beacon.get_by_role("button", name=f"stop advertisement {beacon_ad}").click()
+        advertisement.get_by_role("button", name=f"stop advertisement {first_ad}").click()
         expect(page.locator("#advertisements li")).to_have_count(0)
         expect(hci0).to_have_text(re.compile(r"^advertisements: 0 running, "))
-        page.get_by_role("button", name="remove service 1").click()
+        first, second = [s["id"] for s in gw.get("/v1/peripheral")[1]["services"]]
+        page.get_by_role("button", name=f"remove service {first}").click()
         expect(page.locator("#served .service")).to_have_count(1)
-        page.get_by_role("button", name="remove service 2").click()
+        page.get_by_role("button", name=f"remove service {second}").click()
         expect(page.locator("#served .service")).to_have_count(0)
         assert gw.get("/v1/peripheral")[1]["services"] == []
         # The central's view is still there.

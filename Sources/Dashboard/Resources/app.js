@@ -806,11 +806,12 @@ function peripheralEvent(m) {
     if (seenEvents.size > 1000) seenEvents.delete(seenEvents.values().next().value);
   }
   const uuid = m.characteristic?.uuid;
-  const claim = m.request && uuid ? claims.get(uuid) : null;
+  // With `error`, a claimed request is past its deadline: nothing to answer any more.
+  const claim = m.request && uuid && !m.error ? claims.get(uuid) : null;
   const answer = claim ? respond(m, claim) : null;
   logRequest(m, answer);
-  // What the view shows changed: the centrals, a subscription, a stored value.
-  if (m.type !== "peripheralRead" && m.type !== "indicationConfirmed") schedulePeripheral();
+  // What the view shows changed: the centrals, a subscription, a stored value, another's claim.
+  if ((m.type !== "peripheralRead" && m.type !== "indicationConfirmed") || (m.request && !claim)) schedulePeripheral();
 }
 
 function logRequest(m, answer) {
@@ -821,7 +822,7 @@ function logRequest(m, answer) {
   if (m.offset) detail.push(` offset ${m.offset}`);
   if (m.withResponse === false) detail.push(" (without response)");
   if (m.error) detail.push(h("span", { class: "error-text" }, ` ${m.error.name} (${m.error.domain} ${m.error.code})`));
-  if (m.request) detail.push(answer !== null ? ` → answered ${answer === "" ? "done" : valueText(answer, "hex")}` : ` (request ${m.request}, claimed elsewhere)`);
+  if (m.request && !m.error) detail.push(answer !== null ? ` → answered ${answer === "" ? "done" : valueText(answer, "hex")}` : ` (request ${m.request}, claimed elsewhere)`);
   const list = $("requests");
   list.prepend(h("li", { dataset: { type: m.type } },
     h("span", { class: "time" }, new Date(m.time || Date.now()).toLocaleTimeString()), "  ",
