@@ -7,15 +7,18 @@ JSON index, ETag and 304, the CSP, open without a token."""
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 import contract
 import streamtap
 from conftest import ROOT, Gateway, wait_for
 from test_adapters import configuration
+from test_reconnect import SSE
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (Tests/run.sh does)")
 
@@ -269,6 +272,12 @@ def test_dashboard_at_phone_width(browser):
         # Nothing wider than the screen: the page does not scroll sideways.
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         dash.shot("phone.png")
+        # The Peripheral view, with a service served (long UUIDs) and the forms, fits too.
+        page.get_by_role("link", name="Peripheral").click()
+        page.get_by_role("button", name="Define").click()
+        playwright.expect(page.locator("#served .char .value")).to_have_text('0x68656c6c6f  "hello"', timeout=WAIT_MS)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        dash.shot("phone-peripheral.png")
         assert dash.problems == [], dash.problems
     finally:
         gw.stop()
@@ -358,6 +367,198 @@ def test_dashboard_terminal_on_the_serial_device(browser, tmp_path):
         # The reader's one console line is the browser's note of the refused writer (503).
         assert [p for p in reader.problems if "Unexpected response code: 503" not in p] == [], reader.problems
         assert len(reader.problems) == 1, reader.problems
+    finally:
+        gw.stop()
+
+
+PERIPHERAL_SERVICE = "5a1e0001-0000-4000-8000-00805f9b34fb"
+GREETING = "5a1e0002-0000-4000-8000-00805f9b34fb"  # the issue's example, which the page offers
+INDICATING_SERVICE, INDICATED = "5a1e0010-0000-4000-8000-00805f9b34fb", "5a1e0011-0000-4000-8000-00805f9b34fb"
+HCI0, HCI1 = "00:1A:7D:DA:71:13", "00:1A:7D:DA:71:14"
+
+
+def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does(browser):
+    """Issue 34's page, on two simulated adapters: the Peripheral view defines the example
+    service and starts an advertisement on hci0; gattway's own central on hci1 (through REST)
+    connects, reads and writes; the page logs the central's read and write with its address and
+    the values, shows the stored value the write changed, a value set from the page reaching the
+    subscribed central (`sent`), a read the page answers itself (a claim), a refused definition
+    with its CBError, and stops and removes what it made."""
+    path = configuration()
+    gw = Gateway(["--simulate", path])
+    try:
+        dash = Dashboard(browser, gw, viewport={"width": 1200, "height": 900})
+        page, expect = dash.page, playwright.expect
+        expect(page.locator("#stream")).to_have_text("live")
+        page.get_by_role("link", name="Peripheral").click()
+        expect(page.locator("#central-view")).to_be_hidden()
+        expect(page.locator("#view-peripheral")).to_have_attribute("aria-current", "page")
+        expect(page.locator("#role-state")).to_have_text("poweredOn")
+        hci0 = page.locator('#role-adapters li[data-adapter="hci0"] .meta')
+        expect(hci0).to_have_text(re.compile(r"^advertisements: 0 running, \d+ more possible$"))
+        expect(page.locator("#service-count")).to_have_text("0")
+
+        # The example is there to define as it is.
+        assert json.loads(page.locator("#definition").input_value())["characteristics"][0]["uuid"] == GREETING
+        page.get_by_role("button", name="Define").click()
+        greeting = page.locator(f'#served .char[data-uuid="{GREETING}"]')
+        expect(greeting.locator(".value")).to_have_text('0x68656c6c6f  "hello"')
+        expect(greeting.locator(".props")).to_have_text(re.compile(r"^read\s*write\s*notify$"))
+        expect(page.locator("#service-count")).to_have_text("1")
+        # The same service again: refused, with the API's error.
+        page.get_by_role("button", name="Define").click()
+        expect(page.locator("#errors .error").first).to_contain_text("define a service: invalidParameters (CBErrorDomain 1)")
+        expect(page.locator("#service-count")).to_have_text("1")
+
+        # An advertisement with what is served, on hci0.
+        expect(page.locator("#advertise-services")).to_have_value(PERIPHERAL_SERVICE)
+        page.locator("#advertise-adapter").select_option("hci0")
+        page.get_by_role("button", name="Start advertising").click()
+        advertisement = page.locator("#advertisements li").first
+        first_ad = gw.get("/v1/peripheral")[1]["advertisements"][0]["id"]  # the stack's numbers: ids as it gives them
+        expect(advertisement.locator(".name")).to_have_text(f'#{first_ad} "gattway-demo" · {PERIPHERAL_SERVICE}')
+        expect(advertisement.locator(".badge")).to_have_text("on air")
+        expect(hci0).to_have_text(re.compile(r"^advertisements: 1 running, \d+ more possible$"))
+
+        # gattway's own central on hci1, through REST, as a phone would.
+        notifications = SSE(gw, "types=notification&format=utf8")
+        gw.discover(HCI0, timeout=10)
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/connect", {"timeout": 10, "adapter": "hci1"})
+        assert status == 200 and body["adapter"] == "hci1", body
+        expect(page.locator(f'#centrals li[data-central="{HCI1}"]')).to_contain_text("on hci0")
+        log = page.locator("#requests")
+        expect(log.locator('li[data-type="centralConnected"] .central')).to_have_text(HCI1)
+
+        status, body, _ = gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")
+        assert status == 200 and body["value"] == "hello", body
+        read = log.locator('li[data-type="peripheralRead"]').first
+        expect(read.locator(".central")).to_have_text(HCI1)
+        expect(read.locator(".char")).to_have_text(GREETING)
+        expect(read.locator(".value")).to_have_text('0x68656c6c6f  "hello"')
+
+        status, body, _ = gw.request("PUT", f"/v1/devices/{HCI0}/characteristics/{GREETING}/value",
+                                     {"value": "from hci1", "format": "utf8", "withResponse": True})
+        assert status == 200, body
+        write = log.locator('li[data-type="peripheralWrite"]').first
+        expect(write.locator(".central")).to_have_text(HCI1)
+        expect(write.locator(".value")).to_contain_text('"from hci1"')
+        expect(greeting.locator(".value")).to_have_text('0x66726f6d2068636931  "from hci1"')
+
+        # A value set from the page goes to the subscribed central.
+        assert gw.post(f"/v1/devices/{HCI0}/characteristics/{GREETING}/notifications")[0] == 200
+        expect(greeting.locator(".props")).to_contain_text("subscribed")
+        expect(log.locator('li[data-type="subscribed"]')).to_have_count(1)
+        greeting.get_by_label("value to set").fill("21.5")
+        greeting.get_by_role("button", name="Set").click()
+        expect(greeting.locator(".set-result")).to_contain_text("sent: yes")
+        assert notifications.wait(lambda e: e["device"] == HCI0 and e["value"] == "21.5", 5), notifications.events
+        expect(greeting.locator(".value")).to_have_text('0x32312e35  "21.5"')
+
+        # A second service, typed in, with an indication that the central confirms.
+        page.locator("#definition").fill(json.dumps({"uuid": INDICATING_SERVICE, "characteristics": [
+            {"uuid": INDICATED, "properties": ["read", "indicate"], "value": "0", "format": "utf8"}]}))
+        page.get_by_role("button", name="Define").click()
+        indicated = page.locator(f'#served .char[data-uuid="{INDICATED}"]')
+        expect(indicated.locator(".value")).to_have_text('0x30  "0"')
+        expect(page.locator("#service-count")).to_have_text("2")
+        status, body, _ = gw.post(f"/v1/devices/{HCI0}/characteristics/{INDICATED}/notifications")
+        assert status == 200, body
+        expect(indicated.locator(".props")).to_contain_text("subscribed")
+        indicated.get_by_label("value to set").fill("7")
+        indicated.get_by_role("button", name="Set").click()
+        expect(indicated.locator(".set-result")).to_contain_text("sent: yes")
+        expect(log.locator('li[data-type="indicationConfirmed"] .char')).to_have_text(INDICATED)
+
+        # Reads answered by the page: a claim over its WebSocket.
+        greeting.get_by_label("answer to reads").fill("from the page")
+        greeting.get_by_label("answer reads myself with").check()
+        expect(greeting.locator(".props")).to_contain_text("answered here")
+        status, body, _ = gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")
+        assert status == 200 and body["value"] == "from the page", body
+        expect(log.locator('li[data-type="peripheralRead"]').first).to_contain_text('answered 0x66726f6d207468652070616765  "from the page"')
+        # A claimed write is answered done, and not stored.
+        status, body, _ = gw.request("PUT", f"/v1/devices/{HCI0}/characteristics/{GREETING}/value",
+                                     {"value": "claimed", "format": "utf8", "withResponse": True})
+        assert status == 200, body
+        expect(log.locator('li[data-type="peripheralWrite"]').first).to_contain_text('"claimed" → answered done')
+        expect(greeting.locator(".value")).to_have_text('0x32312e35  "21.5"')
+        greeting.get_by_label("answer reads myself with").uncheck()
+        expect(greeting.locator(".props")).not_to_contain_text("answered here")
+        assert gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")[1]["value"] == "21.5"
+        # Claimed by another client: the page says so, logs the request as someone else's, and
+        # its own claim is refused with the reason.
+        got = []
+        with ws_connect(gw.base.replace("http", "ws", 1) + "/v1/ws") as other:
+            other.send(json.dumps({"op": "claim", "id": "c", "characteristic": GREETING, "format": "utf8"}))
+            assert json.loads(other.recv(timeout=10))["op"] == "ack"
+            reading = threading.Thread(target=lambda: got.append(gw.get(f"/v1/devices/{HCI0}/characteristics/{GREETING}/value?format=utf8")))
+            reading.start()
+            request = json.loads(other.recv(timeout=10))
+            assert request["type"] == "peripheralRead" and request["request"], request
+            other.send(json.dumps({"op": "respond", "id": "r", "request": request["request"], "value": "elsewhere", "format": "utf8"}))
+            reading.join(10)
+            assert got and got[0][1]["value"] == "elsewhere", got
+            expect(log.locator('li[data-type="peripheralRead"]').first).to_contain_text(f'(request {request["request"]}, claimed elsewhere)')
+            expect(greeting.locator(".props")).to_contain_text("claimed")
+            greeting.get_by_label("answer reads myself with").check()
+            expect(page.locator("#errors .error").first).to_contain_text("claim 5a1e0002-0000-4000-8000-00805f9b34fb: invalidParameters (CBErrorDomain 1) characteristic 5a1e0002-0000-4000-8000-00805f9b34fb is claimed by another client")
+            expect(greeting.get_by_label("answer reads myself with")).not_to_be_checked()
+        expect(page.locator("#request-count")).not_to_have_text("0")
+        page.evaluate("window.scrollTo(0, 0)")
+        dash.shot("peripheral.png")
+
+        assert gw.post(f"/v1/devices/{HCI0}/disconnect", {})[0] == 200
+        expect(log.locator('li[data-type="centralDisconnected"] .central')).to_have_text(HCI1)
+        expect(page.locator("#central-count")).to_have_text("0")
+        # An iBeacon preset beside it: a beacon, not connectable.
+        page.locator("#advertise-kind").select_option("iBeacon")
+        expect(page.get_by_label("Local name")).to_be_hidden()
+        page.get_by_label("Major").fill("7")
+        page.get_by_role("button", name="Start advertising").click()
+        expect(page.locator("#advertisements li")).to_have_count(2)
+        beacon_ad = gw.get("/v1/peripheral")[1]["advertisements"][1]["id"]
+        beacon = page.locator(f'#advertisements li[data-advertisement="{beacon_ad}"]')
+        expect(beacon.locator(".name")).to_have_text(f"#{beacon_ad} iBeacon e2c56db5-dffb-48d2-b060-d0f5a71096e0 7/1")
+        expect(beacon.locator(".meta")).to_have_text("on hci0 · not connectable")
+        expect(hci0).to_have_text(re.compile(r"^advertisements: 2 running, "))
+        beacon.get_by_role("button", name=f"stop advertisement {beacon_ad}").click()
+        advertisement.get_by_role("button", name=f"stop advertisement {first_ad}").click()
+        expect(page.locator("#advertisements li")).to_have_count(0)
+        expect(hci0).to_have_text(re.compile(r"^advertisements: 0 running, "))
+        first, second = [s["id"] for s in gw.get("/v1/peripheral")[1]["services"]]
+        page.get_by_role("button", name=f"remove service {first}").click()
+        expect(page.locator("#served .service")).to_have_count(1)
+        page.get_by_role("button", name=f"remove service {second}").click()
+        expect(page.locator("#served .service")).to_have_count(0)
+        assert gw.get("/v1/peripheral")[1]["services"] == []
+        # The central's view is still there.
+        page.get_by_role("link", name="Central").click()
+        expect(page.locator("#scan-panel")).to_be_visible()
+        expect(page.locator("#peripheral-view")).to_be_hidden()
+        notifications.close()
+        assert dash.problems == [], dash.problems
+    finally:
+        gw.stop()
+        os.remove(path)
+
+
+def test_dashboard_peripheral_view_says_when_there_is_no_peripheral_role(browser):
+    """gattway on a stack without the role answers 501 (the simulator always has one: the
+    answer is played to the page as openapi.yaml's NoPeripheralRole gives it)."""
+    gw = Gateway(["--simulate"])
+    try:
+        page = browser.new_page(viewport={"width": 1000, "height": 700})
+        body = {"error": {"domain": "CBErrorDomain", "code": 13, "name": "operationNotSupported",
+                          "message": "this gattway has no peripheral role (its Bluetooth stack offers none)"}}
+        page.route("**/v1/peripheral?*", lambda route: route.fulfill(status=501, content_type="application/json", body=json.dumps(body)))
+        page.goto(gw.base + "/#peripheral")
+        playwright.expect(page.locator("#role-none")).to_have_text(
+            "Not available: this gattway has no peripheral role (its Bluetooth stack offers none) — operationNotSupported (CBErrorDomain 13), HTTP 501.")
+        playwright.expect(page.locator("#role-state")).to_have_text("unsupported")
+        for panel in ("#define-panel", "#advertise-panel", "#served-panel"):
+            playwright.expect(page.locator(panel)).to_be_hidden()
+        playwright.expect(page.locator("#errors .error")).to_have_count(0)
+        page.close()
     finally:
         gw.stop()
 

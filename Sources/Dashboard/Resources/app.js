@@ -586,6 +586,297 @@ class Plot {
   }
 }
 
+// ---- the peripheral view: services and advertisements this gattway serves (GET /v1/peripheral) ----
+
+const PERIPHERAL_EVENTS = ["centralConnected", "centralDisconnected", "subscribed", "unsubscribed",
+  "peripheralRead", "peripheralWrite", "indicationConfirmed"];
+// The issue's example (docs/peripheral.md), ready to define.
+const EXAMPLE_SERVICE = `{"uuid": "5a1e0001-0000-4000-8000-00805f9b34fb", "primary": true, "characteristics": [
+  {"uuid": "5a1e0002-0000-4000-8000-00805f9b34fb", "properties": ["read", "write", "notify"],
+   "permissions": ["readable", "writeable"], "value": "hello", "format": "utf8"}]}`;
+
+let served = null;              // GET /v1/peripheral?format=hex, the last answer
+let servedShape = "";           // the services' ids and characteristics, to rebuild only when they change
+const servedViews = new Map();  // "service id/characteristic uuid" → {update(c)}
+const claims = new Map();       // characteristic uuid → {subscription, value, format}: this page answers its requests
+const seenEvents = new Set();   // seq of the events logged: a claimed request comes on two subscriptions
+const answered = new Set();     // request ids answered
+let peripheralTimer = null;
+
+const peripheralShown = () => !$("peripheral-view").hidden;
+const charPath = (uuid) => `/v1/peripheral/characteristics/${enc(uuid)}/value`;
+
+/** Shows the view the hash names (#peripheral), the central's otherwise. */
+function showView() {
+  const peripheral = location.hash === "#peripheral";
+  $("central-view").hidden = peripheral;
+  $("peripheral-view").hidden = !peripheral;
+  const [on, off] = peripheral ? ["view-peripheral", "view-central"] : ["view-central", "view-peripheral"];
+  $(on).setAttribute("aria-current", "page");
+  $(off).removeAttribute("aria-current");
+  if (peripheral) refreshPeripheral();
+}
+
+/** Reads GET /v1/peripheral again soon: events come in bursts (a write, then its connection). */
+function schedulePeripheral() {
+  if (peripheralTimer) return;
+  peripheralTimer = setTimeout(() => { peripheralTimer = null; refreshPeripheral(); }, 150);
+}
+
+async function refreshPeripheral() {
+  let status;
+  try { status = await api("GET", "/v1/peripheral?format=hex"); } catch (e) {
+    if (e.status === 501) noPeripheralRole(e);
+    else if (e.status !== 401) showError(e, "peripheral");
+    return;
+  }
+  served = status;
+  renderPeripheral();
+}
+
+function noPeripheralRole(e) {
+  setBadge($("role-state"), "unsupported", "unsupported");
+  $("role-none").hidden = false;
+  $("role-none").textContent = `Not available: ${e.message} — ${e.cbName} (${e.domain} ${e.code}), HTTP ${e.status}.`;
+  for (const el of document.querySelectorAll("#peripheral-view .needs-role")) el.hidden = true;
+}
+
+function renderPeripheral() {
+  const p = served;
+  setBadge($("role-state"), p.state, p.state);
+  $("role-none").hidden = true;
+  for (const el of document.querySelectorAll("#peripheral-view .needs-role")) el.hidden = false;
+  const ids = Object.keys(p.adapters).sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  $("role-adapters").replaceChildren(...ids.map((id) => {
+    const a = p.adapters[id];
+    return h("li", { dataset: { adapter: id } }, h("span", { class: "name" }, id),
+      h("span", { class: "meta" }, `advertisements: ${a.activeInstances} running, ${a.availableInstances} more possible`));
+  }));
+  const select = $("advertise-adapter");
+  if ([...select.options].slice(1).map((o) => o.value).join() !== ids.join())
+    select.replaceChildren(h("option", { value: "" }, "default"), ...ids.map((id) => h("option", { value: id }, id)));
+  $("centrals").replaceChildren(...p.centrals.map((c) =>
+    h("li", { dataset: { central: c.address } }, h("span", { class: "name mono" }, c.address),
+      h("span", { class: "actions" }, h("span", { class: "badge connected" }, "on " + c.adapter)))));
+  $("central-count").textContent = String(p.centrals.length);
+  renderAdvertisements(p.advertisements);
+  renderServed(p.services);
+}
+
+function renderAdvertisements(list) {
+  $("advertisements").replaceChildren(...list.map((a) => {
+    const what = a.iBeacon ? `iBeacon ${a.iBeacon.uuid} ${a.iBeacon.major ?? 0}/${a.iBeacon.minor ?? 0}`
+      : a.eddystone ? `Eddystone ${a.eddystone.url || a.eddystone.namespace}`
+      : [a.localName ? `"${a.localName}"` : null, ...(a.serviceUUIDs || []).map(shortUUID)].filter(Boolean).join(" · ") || "(no data)";
+    return h("li", { dataset: { advertisement: a.id } },
+      h("span", { class: "name" }, `#${a.id} `, what),
+      h("span", { class: "actions" },
+        h("span", { class: "badge " + (a.registered ? "ok" : "bad") }, a.registered ? "on air" : "waiting"),
+        h("button", { type: "button", class: "quiet", "aria-label": `stop advertisement ${a.id}`,
+          onclick: () => attempt(`stop advertisement ${a.id}`, async () => {
+            await api("DELETE", `/v1/peripheral/advertisements/${a.id}`);
+            await refreshPeripheral();
+          }) }, "Stop")),
+      h("span", { class: "meta" }, `on ${a.adapter}` + (a.connectable === false || (a.iBeacon || a.eddystone) && a.connectable !== true ? " · not connectable" : " · connectable")));
+  }));
+  $("advertisement-count").textContent = String(list.length);
+}
+
+function renderServed(services) {
+  const shape = services.map((s) => `${s.id}:${s.characteristics.map((c) => c.uuid).join(",")}`).join(";");
+  if (shape !== servedShape) {
+    servedShape = shape;
+    servedViews.clear();
+    $("served").replaceChildren(...services.map(servedServiceView));
+    // The advertisement form offers what is served, until someone types there.
+    const field = $("advertise-services");
+    if (!field.dataset.edited) field.value = services.map((s) => shortUUID(s.uuid)).join(", ");
+  }
+  for (const s of services) for (const c of s.characteristics) servedViews.get(`${s.id}/${c.uuid}`)?.update(c);
+  $("service-count").textContent = String(services.length);
+  $("served-none").hidden = services.length > 0;
+}
+
+function servedServiceView(s) {
+  const remove = h("button", { type: "button", class: "quiet", "aria-label": `remove service ${s.id}` }, "Remove");
+  remove.addEventListener("click", () => attempt(`remove service ${s.id}`, async () => {
+    for (const c of s.characteristics) if (claims.has(c.uuid)) await unclaim(c.uuid);
+    await api("DELETE", `/v1/peripheral/services/${s.id}`);
+    await refreshPeripheral();
+  }));
+  return h("div", { class: "service", dataset: { service: s.id, uuid: shortUUID(s.uuid) } },
+    h("div", { class: "service-head" },
+      h("strong", {}, nameOf("services", s.uuid, s.name) || "Service"), h("code", {}, shortUUID(s.uuid)),
+      h("span", { class: "hint" }, `#${s.id} · ${s.adapter}` + (s.handle ? ` · handle ${s.handle}` : "") + (s.primary ? "" : " · secondary")),
+      h("span", { class: "badge " + (s.registered ? "ok" : "bad") }, s.registered ? "served" : "not served now"),
+      remove),
+    ...s.characteristics.map((c) => servedCharacteristicView(s, c)));
+}
+
+/** A value in `format` as the page writes values: 0x… and, when it is text, the text. */
+function valueText(value, format) {
+  const bytes = bytesOf(value || "", format || "hex");
+  const t = text(bytes);
+  return `0x${hex(bytes) || "(empty)"}` + (t !== null && bytes.length ? `  "${t}"` : "");
+}
+
+function servedCharacteristicView(s, c) {
+  const props = c.properties || [];
+  const name = nameOf("characteristics", c.uuid, c.name);
+  const value = h("div", { class: "value", "aria-live": "polite" });
+  const badges = h("div", { class: "props" });
+  const result = h("div", { class: "hint set-result", role: "status" });
+  const input = h("input", { "aria-label": "value to set", spellcheck: "false", placeholder: "value" });
+  const format = h("select", { "aria-label": "value format" }, ...["utf8", "hex", "base64"].map((f) => h("option", { value: f }, f)));
+  const set = h("form", { class: "row write" }, input, format, h("button", { type: "submit" }, "Set"));
+  set.addEventListener("submit", (event) => {
+    event.preventDefault();
+    attempt(`set ${name || shortUUID(c.uuid)}`, async () => {
+      const r = await api("PUT", charPath(c.uuid), { value: input.value, format: format.value });
+      const notifies = props.includes("notify") || props.includes("indicate");
+      result.textContent = `set ${r.length} byte(s) at ${new Date().toLocaleTimeString()}`
+        + (notifies ? ` · sent: ${r.sent ? "yes" : "no (no central subscribed)"}` : "");
+      result.dataset.sent = String(r.sent);
+      await refreshPeripheral();
+    });
+  });
+
+  // "Answer reads myself": a claim over the page's WebSocket; reads get what is typed here.
+  const claim = claims.get(c.uuid);
+  const answer = h("input", { "aria-label": "answer to reads", spellcheck: "false", placeholder: "answer", value: claim?.value ?? "" });
+  const answerFormat = h("select", { "aria-label": "answer format" }, ...["utf8", "hex", "base64"].map((f) => h("option", { value: f, selected: claim?.format === f }, f)));
+  const claimBox = h("input", { type: "checkbox", class: "claim-toggle", checked: Boolean(claim) });
+  const keep = () => { const k = claims.get(c.uuid); if (k) { k.value = answer.value; k.format = answerFormat.value; } };
+  answer.addEventListener("input", keep);
+  answerFormat.addEventListener("change", keep);
+  claimBox.addEventListener("change", () => {
+    if (!claimBox.checked) { unclaim(c.uuid); return; }
+    wsCommand({ op: "claim", characteristic: c.uuid }).then((ack) => {
+      claims.set(c.uuid, { subscription: ack.subscription, value: answer.value, format: answerFormat.value });
+      schedulePeripheral();
+    }, (e) => { claimBox.checked = false; showError(e, `claim ${name || shortUUID(c.uuid)}`); });
+  });
+
+  const view = {
+    update(now) {
+      value.textContent = valueText(now.value, now.format);
+      badges.replaceChildren(...props.map((p) => h("span", { class: "badge" }, p)),
+        ...(now.subscribed ? [h("span", { class: "badge ok" }, "subscribed")] : []),
+        ...(now.claimed ? [h("span", { class: "badge link" }, claims.has(c.uuid) ? "answered here" : "claimed")] : []));
+      claimBox.checked = claims.has(c.uuid);
+    },
+  };
+  servedViews.set(`${s.id}/${c.uuid}`, view);
+  const claimable = props.includes("read") || props.includes("write");
+  return h("div", { class: "char", dataset: { uuid: shortUUID(c.uuid), handle: c.handle || "" } },
+    h("div", {}, h("span", { class: "title" }, name || "Characteristic"), " ", h("code", {}, shortUUID(c.uuid)),
+      c.handle ? h("span", { class: "hint" }, ` · handle ${c.handle}`) : null),
+    badges,
+    c.descriptors.length ? h("div", { class: "hint" }, "descriptors: ",
+      c.descriptors.map((d) => `${nameOf("descriptors", d.uuid, d.name) || shortUUID(d.uuid)} ${valueText(d.value, d.format)}`).join(", ")) : null,
+    value, set, result,
+    claimable ? h("div", { class: "row claim" }, h("label", { class: "check" }, claimBox, "answer reads myself with"), answer, answerFormat) : null);
+}
+
+function unclaim(uuid) {
+  const claim = claims.get(uuid);
+  claims.delete(uuid);
+  schedulePeripheral();
+  return claim ? wsCommand({ op: "unclaim", subscription: claim.subscription }).catch((e) => showError(e, "unclaim")) : undefined;
+}
+
+/** Answers a claimed request: a read with the typed value from its offset on, a write with done. */
+function respond(m, claim) {
+  if (answered.has(m.request)) return null;
+  answered.add(m.request);
+  if (answered.size > 1000) answered.delete(answered.values().next().value);
+  const command = { op: "respond", request: m.request };
+  if (m.type === "peripheralRead") {
+    const bytes = bytesOf(claim.value, claim.format).slice(m.offset || 0);
+    Object.assign(command, { value: hex(bytes), format: "hex" });
+  }
+  wsCommand(command).catch((e) => showError(e, `answer ${m.request}`));
+  return command.value ?? "";
+}
+
+function peripheralEvent(m) {
+  if (m.seq !== undefined) {
+    if (seenEvents.has(m.seq)) return;
+    seenEvents.add(m.seq);
+    if (seenEvents.size > 1000) seenEvents.delete(seenEvents.values().next().value);
+  }
+  const uuid = m.characteristic?.uuid;
+  // With `error`, a claimed request is past its deadline: nothing to answer any more.
+  const claim = m.request && uuid && !m.error ? claims.get(uuid) : null;
+  const answer = claim ? respond(m, claim) : null;
+  logRequest(m, answer);
+  // What the view shows changed: the centrals, a subscription, a stored value, another's claim.
+  if ((m.type !== "peripheralRead" && m.type !== "indicationConfirmed") || (m.request && !claim)) schedulePeripheral();
+}
+
+function logRequest(m, answer) {
+  const uuid = m.characteristic?.uuid;
+  const what = uuid ? (nameOf("characteristics", uuid) || shortUUID(uuid)) + (m.descriptor ? ` / ${shortUUID(m.descriptor)}` : "") : null;
+  const detail = [];
+  if (m.value !== undefined) detail.push(h("span", { class: "value" }, valueText(m.value, m.format)));
+  if (m.offset) detail.push(` offset ${m.offset}`);
+  if (m.withResponse === false) detail.push(" (without response)");
+  if (m.error) detail.push(h("span", { class: "error-text" }, ` ${m.error.name} (${m.error.domain} ${m.error.code})`));
+  if (m.request && !m.error) detail.push(answer !== null ? ` → answered ${answer === "" ? "done" : valueText(answer, "hex")}` : ` (request ${m.request}, claimed elsewhere)`);
+  const list = $("requests");
+  list.prepend(h("li", { dataset: { type: m.type } },
+    h("span", { class: "time" }, new Date(m.time || Date.now()).toLocaleTimeString()), "  ",
+    h("span", { class: "type" }, m.type), "  ",
+    h("span", { class: "central mono" }, m.central || "(a central)"), ` on ${m.adapter || "?"}`,
+    what ? ["  ", h("span", { class: "char" }, what)] : null, "  ", ...detail));
+  while (list.children.length > 200) list.lastChild.remove();
+  $("request-count").textContent = String(list.children.length);
+}
+
+function advertisementBody(form) {
+  const f = new FormData(form);
+  const body = {};
+  if (f.get("adapter")) body.adapter = f.get("adapter");
+  if (f.get("kind") === "iBeacon") {
+    body.iBeacon = { uuid: f.get("beaconUUID").trim(), major: Number(f.get("major") || 0), minor: Number(f.get("minor") || 0),
+      measuredPower: Number(f.get("measuredPower") || -59) };
+    return body;
+  }
+  if (f.get("localName").trim()) body.localName = f.get("localName").trim();
+  const uuids = f.get("serviceUUIDs").split(/[\s,]+/).filter(Boolean);
+  if (uuids.length) body.serviceUUIDs = uuids;
+  body.connectable = f.get("connectable") === "on";
+  return body;
+}
+
+function startPeripheralView() {
+  $("definition").value = EXAMPLE_SERVICE;
+  $("define-example").addEventListener("click", () => { $("definition").value = EXAMPLE_SERVICE; });
+  $("define").addEventListener("submit", (e) => {
+    e.preventDefault();
+    attempt("define a service", async () => {
+      let body;
+      try { body = JSON.parse($("definition").value); } catch (error) { throw new Error(`the service is not JSON: ${error.message}`); }
+      await api("POST", "/v1/peripheral/services", body);
+      await refreshPeripheral();
+    });
+  });
+  $("advertise-kind").addEventListener("change", (e) => {
+    for (const label of $("advertise").querySelectorAll("[data-kind]")) label.hidden = label.dataset.kind !== e.target.value;
+  });
+  $("advertise-services").addEventListener("input", (e) => { e.target.dataset.edited = "yes"; });
+  $("advertise").addEventListener("submit", (e) => {
+    e.preventDefault();
+    attempt("advertise", async () => {
+      await api("POST", "/v1/peripheral/advertisements", advertisementBody(e.target));
+      await refreshPeripheral();
+    });
+  });
+  $("requests-clear").addEventListener("click", () => { $("requests").replaceChildren(); $("request-count").textContent = "0"; });
+  window.addEventListener("hashchange", showView);
+  showView();
+}
+
 // ---- the WebSocket: events, and subscribe commands ----
 
 let ws = null, wsNext = 1, wsRetry = 1000;
@@ -613,11 +904,12 @@ function connectStream() {
   ws.onopen = () => {
     wsRetry = 1000;
     setBadge($("stream"), "live", "ok");
-    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "adapter", "advertisement", "connection", "sensor", "pairing", "servicesChanged"] }));
+    ws.send(JSON.stringify({ op: "subscribe", id: "events", types: ["state", "adapter", "advertisement", "connection", "sensor", "pairing", "servicesChanged", ...PERIPHERAL_EVENTS] }));
     while (outbox.length) ws.send(JSON.stringify(outbox.shift()));
     refreshAdapters();
     refreshDevices();
     refreshSensors();
+    if (peripheralShown()) refreshPeripheral();
   };
   ws.onmessage = (e) => onStreamMessage(JSON.parse(e.data));
   ws.onclose = () => {
@@ -625,6 +917,8 @@ function connectStream() {
     for (const [, p] of pending) p.reject(new Error("the WebSocket closed"));
     pending.clear();
     for (const view of views.values()) { view.subscription = null; view.setSubscribed(false); }
+    // Claims end with the socket: the stored values answer again.
+    if (claims.size) { claims.clear(); schedulePeripheral(); }
     setTimeout(connectStream, wsRetry);
     wsRetry = Math.min(wsRetry * 2, 10000);
   };
@@ -642,9 +936,12 @@ function onStreamMessage(m) {
   switch (m.type) {
     case "state":
       showState(m);
+      if (peripheralShown()) schedulePeripheral();
       break;
     case "adapter":
       adapterChanged(m);
+      // An adapter's power or presence changes what the peripheral side can serve.
+      if (peripheralShown()) schedulePeripheral();
       break;
     case "advertisement":
       mergeDevice(m.peripheral);
@@ -675,6 +972,10 @@ function onStreamMessage(m) {
     case "servicesChanged":
       if (m.device === selected) { gattTree = null; views.clear(); loadGATT(); }
       break;
+    case "centralConnected": case "centralDisconnected": case "subscribed": case "unsubscribed":
+    case "peripheralRead": case "peripheralWrite": case "indicationConfirmed":
+      peripheralEvent(m);
+      break;
     case "dropped":
       showError(new Error(`${m.count} event(s) dropped: this page read too slowly`), "events");
       break;
@@ -694,6 +995,7 @@ async function start() {
     refreshScan();
     refreshDevices();
     refreshSensors();
+    if (peripheralShown()) refreshPeripheral();
   });
   $("scan").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -755,6 +1057,7 @@ async function start() {
   $("pairing-no").addEventListener("click", () => answerPairing(false));
   $("device-close").addEventListener("click", closeDevice);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && selected) closeDevice(); });
+  startPeripheralView();
 
   names = await fetch("/ui/names.json").then((r) => r.json()).catch(() => names);
   await refreshState();
