@@ -219,3 +219,19 @@ def test_definitions_outlive_a_restart_with_a_state_dir():
     finally:
         os.remove(path)
         shutil.rmtree(state)
+
+
+def test_advertisements_past_the_controllers_room_get_a_clear_error(gw):
+    free = gw.get("/v1/peripheral")[1]["adapters"]["hci0"]["availableInstances"]
+    assert free >= 1
+    for n in range(free):
+        status, body, _ = gw.post("/v1/peripheral/advertisements", {"localName": f"gattway-{n}", "adapter": "hci0"})
+        assert status == 201, body
+    assert gw.get("/v1/peripheral")[1]["adapters"]["hci0"] == {"availableInstances": 0, "activeInstances": free}
+    status, body, _ = gw.post("/v1/peripheral/advertisements", {"localName": "one too many", "adapter": "hci0"})
+    assert status == 503 and body["error"]["name"] == "outOfSpace", body
+    assert "SupportedInstances" in body["error"]["message"] or "advertisements" in body["error"]["message"], body
+    # Stopping one makes room again.
+    first = gw.get("/v1/peripheral")[1]["advertisements"][0]["id"]
+    assert gw.delete(f"/v1/peripheral/advertisements/{first}")[0] == 200
+    assert gw.post("/v1/peripheral/advertisements", {"localName": "room again", "adapter": "hci0"})[0] == 201
