@@ -50,7 +50,9 @@ The helper processes (clients, floor observer, SSE holder, endurance client) are
 with a leading `_role` argument; they take JSON commands on stdin and answer on stdout.
 Logs go to .build/bench/, the table also to .build/bench/results.txt. Usage: bench/run [--quick]
 [--events N] [--only gattway|python] [--rounds K] [--phases latency,cpu,...] [--python-gateway PATH]
-[--gattway PATH] (another build of gattway, e.g. the one before a change, for the same run script).
+[--gattway PATH] (another build of gattway, e.g. the one before a change, for the same run script)
+[--before PATH] (a second gattway build in the second column instead of the Python gateway:
+before and after a change, side by side in one run, alternating as the two gateways do).
 Every wait is bounded; every process started is stopped at the end, on errors and on Ctrl-C/SIGTERM.
 """
 import argparse
@@ -214,6 +216,21 @@ class Gateway:
 
     def command(self, port, extra=()):
         return [*self.argv, "--listen", f"{HOST}:{port}", *extra]
+
+
+def gattway_gateway(name, binary):
+    """A gattway build as a gateway under test, with the flags its --help offers."""
+    # Past its default limits gattway answers 503: lift them for the 10 000 streams, if it has the flags.
+    help_text = gattway_help(binary)
+    lift = [x for f in ("--max-streams", "--max-connections") if f in help_text for x in (f, "20000")]
+    if not lift:
+        log(f"bench: {binary} --help lists no --max-streams / --max-connections: its default limits apply")
+    # Every client of the bench has one address (loopback), so the per-client limits, which
+    # guard a gateway from one greedy client, are lifted in every phase; the Python gateway
+    # has none.
+    per_client = [x for f, v in (("--rate-limit", "0"), ("--max-client-connections", "20000"),
+                                 ("--max-client-streams", "20000")) if f in help_text for x in (f, v)]
+    return Gateway(name, [binary, *per_client], rss_extra=lift)
 
 
 def http_call(port, method, path, body=None, timeout=10):
@@ -997,6 +1014,7 @@ def main():
                     help="the Python gateway: a .py script (run with this Python) or an executable; "
                          "either takes --listen HOST:PORT")
     ap.add_argument("--gattway", default=GATTWAY, help="the gattway binary (default: the release build)")
+    ap.add_argument("--before", help="a second gattway build (e.g. before a change), in place of the Python gateway")
     ap.add_argument("--phases", default="latency,cpu,saturation,read,wrk,rss,endurance")
     a = ap.parse_args()
     q = a.quick
@@ -1012,18 +1030,10 @@ def main():
 
     gateways = []
     if a.only != "python":
-        # Past its default limits gattway answers 503: lift them for the 10 000 streams, if it has the flags.
-        help_text = gattway_help(a.gattway)
-        lift = [x for f in ("--max-streams", "--max-connections") if f in help_text for x in (f, "20000")]
-        if not lift:
-            log("bench: gattway --help lists no --max-streams / --max-connections: its default limits apply")
-        # Every client of the bench has one address (loopback), so the per-client limits, which
-        # guard a gateway from one greedy client, are lifted in every phase; the Python gateway
-        # has none.
-        per_client = [x for f, v in (("--rate-limit", "0"), ("--max-client-connections", "20000"),
-                                     ("--max-client-streams", "20000")) if f in help_text for x in (f, v)]
-        gateways.append(Gateway("gattway", [a.gattway, *per_client], rss_extra=lift))
-    if a.only != "gattway":
+        gateways.append(gattway_gateway("gattway", a.gattway))
+    if a.before:
+        gateways.append(gattway_gateway("before", a.before))
+    elif a.only != "gattway":
         if os.path.exists(a.python_gateway):
             script = a.python_gateway.endswith(".py")
             gateways.append(Gateway("python", [sys.executable, a.python_gateway] if script else [a.python_gateway]))
@@ -1054,10 +1064,10 @@ def main():
 
     def endurance(g, tag):
         # Python gets at most 100 000 events and 4 minutes.
-        n = events if g.name == "gattway" else min(events, 100_000)
+        n = events if g.name in ("gattway", "before") else min(events, 100_000)
         limit = max(60, 3 * n / (10_000 if MIN_INTERVAL_MS == 1 else 1000))
         log(f"  {n} events, at most {limit:.0f} s")
-        return phase_endurance(g, tag, n, limit if g.name == "gattway" else min(limit, 240))
+        return phase_endurance(g, tag, n, limit if g.name in ("gattway", "before") else min(limit, 240))
 
     if "latency" in phases:
         for n, rate in ((1, 50), (100, 50), (1000, 10)):
@@ -1188,9 +1198,10 @@ def fraction(x):
 
 def report(res, names, events):
     fig = {n: figures(res[n]) for n in names}
-    g, p = fig.get("gattway", {}), fig.get("python", {})
+    other = "before" if "before" in names else "python"
+    g, p = fig.get("gattway", {}), fig.get(other, {})
     width = max(len(label) for _, label in ROWS)
-    lines = [f"{'figure':<{width}} | {'gattway':>10} | {'python':>10} | {'ratio':>7}", "-" * (width + 38)]
+    lines = [f"{'figure':<{width}} | {'gattway':>10} | {other:>10} | {'ratio':>7}", "-" * (width + 38)]
     for key, label in ROWS:
         a, b = g.get(key), p.get(key)
         ratio = a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
@@ -1203,7 +1214,7 @@ def report(res, names, events):
     table = "\n".join(lines)
     cpu_ratio = (g["cpu_per_1000"] / p["cpu_per_1000"]) if g.get("cpu_per_1000") and p.get("cpu_per_1000") else None
     final = (f"bench: events_survived={fmt(g.get('events_survived'))} cost_growth={fmt(g.get('cost_growth'))} "
-             f"cpu_ratio_vs_python={fmt(cpu_ratio)} added_p50_ms_100={fmt(g.get('lat100_p50'))} "
+             f"cpu_ratio_vs_{other}={fmt(cpu_ratio)} added_p50_ms_100={fmt(g.get('lat100_p50'))} "
              f"clients_1000_delivered={fraction(g.get('lat1000_delivered'))} get_rps={fmt(g.get('wrk_devices'))} "
              f"rss_idle_mb={fmt(g.get('rss_idle'))} rss_10k_mb={fmt(g.get('rss_10000'))} "
              f"rss_ws_10k_mb={fmt(g.get('rss_ws_10000'))}").replace("—", "n/a")
