@@ -150,5 +150,6 @@ if Context.environment["GATTWAY_FUZZ"] == "1" {
         fuzzTarget("names", ["BLE", "DBus", "BlueZ", "HTTPServer"]),
         fuzzTarget("bodies", ["HTTPAPI", "GatewayCore", "HTTPServer", "BLE", "BlueZ", "DBus"]),
         fuzzTarget("sensors", ["Sensors", "BLE"]),
+        fuzzTarget("management", ["Management", "BLE"]),
     ]
 }
