@@ -47,6 +47,21 @@ import Testing
         #expect(Array(data.structures[1].data) == [0x59, 0x00, 0x01])
     }
 
+    /// Extended advertising reports up to 1650 bytes: structures of up to 254 data bytes each, all kept.
+    @Test func longAdvertisingDataSplitsWhole() throws {
+        let structures = (0..<6).map { (type: UInt8(0x20 + $0), data: [UInt8](repeating: UInt8($0), count: 254)) }
+            + [(type: UInt8(0xFF), data: [UInt8](repeating: 0xAB, count: 112))]
+        let found = DeviceFound(controller: ControllerIndex(0), address: BluetoothAddress("C0:FF:EE:00:00:01")!,
+                                addressType: .leRandom, rssi: -40, advertisingData: AdvertisingData(structures))
+        #expect(found.advertisingData.bytes.count == 1650)
+        guard case .deviceFound(let parsed) = try Event(parsing: found.frame) else {
+            Issue.record("not a device found")
+            return
+        }
+        #expect(parsed.advertisingData.structures.map(\.type) == structures.map(\.type))
+        #expect(parsed.advertisingData.structures.map { Array($0.data) } == structures.map(\.data))
+    }
+
     /// The address comes least significant byte first; the RSSI is signed, 127 meaning none.
     @Test func aDeviceFoundReadsItsFields() throws {
         let frame: [UInt8] = [0x12, 0x00, 0x02, 0x00, 0x11, 0x00,
