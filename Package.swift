@@ -4,7 +4,7 @@
 // HTTPAPI → (Access → HTTPServer, Dashboard); ESPHomeProxy → ESPHomeAPI → (CNettle, CLinux, Threading); BlueZ → (DBus, BLE);
 // executables → Launch (options, start and teardown) → (Access, the doors' option types);
 // executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM);
-// Sensors → (AESCCM, BLE). No door imports another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
+// Sensors → (AESCCM, BLE); Management → (CLinux, BLE, Threading) and nothing else of ours. No door imports another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
 // CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
 
@@ -47,7 +47,8 @@ let package = Package(
         // libmosquitto's headers (libmosquitto-dev), for the MQTT bridge (`--mqtt`). Not linked (no
         // pkgConfig: it would add -lmosquitto): the MQTT module opens the library when it is used.
         .systemLibrary(name: "CMosquitto"),
-        // epoll and eventfd (in libc; Glibc's module leaves them out), for the ESPHome API's server.
+        // epoll, eventfd and the Bluetooth management socket's address (in libc or the kernel's ABI;
+        // Glibc's module leaves them out), for the ESPHome API's server and the management channel.
         .systemLibrary(name: "CLinux"),
 
         // Tools for code that runs on several threads, for every layer.
@@ -58,6 +59,9 @@ let package = Package(
         // Advertisement decoders (BTHome, ATC1441/PVVX, MiBeacon, Ruuvi, iBeacon, Eddystone): pure logic.
         .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
+        // The kernel's Bluetooth management socket: advertisements as the controller reported them
+        // (device-found events), read on a thread of its own; knowing nothing of D-Bus or the gateway.
+        .target(name: "Management", dependencies: ["CLinux", "BLE", "Threading"]),
         .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Sockets", "Threading"]),
         // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
@@ -108,6 +112,8 @@ let package = Package(
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
         .testTarget(name: "SensorsTests", dependencies: ["Sensors", "AESCCM", "BLE"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        // Frames/*.hex: frames one per line, hand-made from the spec and recorded with btmon.
+        .testTarget(name: "ManagementTests", dependencies: ["Management", "BLE"], exclude: ["Frames"]),
         // CMicroHTTPD for GnuTLS: the TLS tests' client.
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "CMicroHTTPD"]),
         // Sensors decodes what the simulator's sensors advertise.
@@ -144,5 +150,6 @@ if Context.environment["GATTWAY_FUZZ"] == "1" {
         fuzzTarget("names", ["BLE", "DBus", "BlueZ", "HTTPServer"]),
         fuzzTarget("bodies", ["HTTPAPI", "GatewayCore", "HTTPServer", "BLE", "BlueZ", "DBus"]),
         fuzzTarget("sensors", ["Sensors", "BLE"]),
+        fuzzTarget("management", ["Management", "BLE"]),
     ]
 }

@@ -49,7 +49,7 @@ package enum Hex {
     }
 
     /// `byteCount * 2` hex digits of `value`, e.g. (0x180D, 2) → "180d".
-    static func string(_ value: UInt64, byteCount: Int, uppercase: Bool = false) -> String {
+    package static func string(_ value: UInt64, byteCount: Int, uppercase: Bool = false) -> String {
         string(bigEndianBytes(value, count: byteCount), uppercase: uppercase)
     }
 

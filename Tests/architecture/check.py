@@ -10,6 +10,8 @@ under Sources/, and fails (exit 1, each violation on a line) when:
     named in FRONTS: the HTTP API fronts the serial door (its WebSocket route and
     /v1/serial-ports call into SerialBridge), and the serial door knows no other door;
   - BLE, the model, depends on or imports any module of ours;
+  - a module with an allow-list (ONLY: the management channel) depends on or imports a module
+    of ours outside it;
   - a library below the core (Threading, DBus, BLE, BlueZ, Sensors, Simulator, HTTPServer,
     Access, MQTT, ...) depends on or imports the core or a door;
   - the core or a layer below it that the doors share (QUIET: GatewayCore, BlueZ, BLE, DBus,
@@ -39,8 +41,11 @@ EXECUTABLES = {"gattway", "gattway-sim"}
 WIRING = {"Launch"}
 # Door → door edges that are part of the design: {door: {doors it fronts}}.
 FRONTS = {"HTTPAPI": {"SerialBridge"}}
+# Modules that may know these of ours and nothing else: the management channel reads the kernel's
+# socket and hands out BLE values, knowing no D-Bus, no BlueZ, no core and no door.
+ONLY = {"Management": {"CLinux", "BLE", "Threading"}}
 # Below the doors: no route, no transport, no door named in code.
-QUIET = {"GatewayCore", "BlueZ", "BLE", "DBus", "Threading", "Sensors"}
+QUIET = {"GatewayCore", "BlueZ", "BLE", "DBus", "Threading", "Sensors", "Management"}
 # Found inside any identifier or word, whatever the case: webSocketUpgrade, MQTTClient, "esphome".
 TRANSPORT_WORDS = ("http", "websocket", "mqtt", "esphome")
 # A route, a request line, SSE's names and its fields as a string literal writes them ("\\nevent: ").
@@ -93,6 +98,9 @@ def forbidden(module, ours):
         return {**{d: "another door" for d in DOORS - {module} - FRONTS.get(module, set())}, **{b: "a backend (doors reach Bluetooth through the core)" for b in BACKENDS}, **wiring}
     if module == "BLE":
         return {o: "BLE is the model: it knows no module of ours" for o in ours - {"BLE"}}
+    if module in ONLY:
+        allowed = ONLY[module]
+        return {o: f"{module} may use only {', '.join(sorted(allowed))} of ours" for o in ours - allowed - {module}}
     return {**{c: "the core (a library below it)" for c in CORE}, **{d: "a door (a library below the core)" for d in DOORS}, **wiring}
 
 

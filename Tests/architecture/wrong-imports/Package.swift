@@ -10,5 +10,7 @@ let package = Package(
         .target(name: "GatewayCore", dependencies: ["BLE", "HTTPServer"]),
         .target(name: "HTTPAPI", dependencies: ["GatewayCore", "HTTPServer"]),
         .target(name: "MQTTBridge", dependencies: ["GatewayCore"]),
+        .target(name: "DBus"),
+        .target(name: "Management", dependencies: ["BLE", "DBus"]),
     ]
 )

@@ -1,0 +1,69 @@
+/// Advertising data as the controller reported it: AD structures (length, type, data), the
+/// advertisement and its scan response one after the other (Core spec Vol 3 Part C §11).
+public struct AdvertisingData: Sendable, Equatable {
+    /// The significant part, structure after structure, as received: a zero length byte ends it
+    /// (the spec's early termination) and what follows it is padding, left out.
+    public let bytes: [UInt8]
+    /// `bytes` split, in order.
+    public let structures: [ADStructure]
+
+    /// Nothing advertised (or the AD part dropped).
+    public static let empty = AdvertisingData(checked: [], structures: [])
+
+    private init(checked bytes: [UInt8], structures: [ADStructure]) {
+        self.bytes = bytes
+        self.structures = structures
+    }
+
+    /// Splits `data`; nil when a structure runs past the end (the data is then not trusted at all).
+    public init?(parsing data: UnsafeRawBufferPointer) {
+        // Checked first, copied once: this runs for every advertisement heard.
+        var end = 0, count = 0
+        while end < data.count, data[end] != 0 {
+            end += 1 + Int(data[end])
+            count += 1
+        }
+        guard end <= data.count else { return nil }
+        let bytes = Array(data[0..<end])
+        var structures: [ADStructure] = []
+        structures.reserveCapacity(count)
+        var offset = 0
+        while offset < end {
+            let next = offset + 1 + Int(bytes[offset])
+            structures.append(ADStructure(type: bytes[offset + 1], data: bytes[offset + 2..<next]))
+            offset = next
+        }
+        self.init(checked: bytes, structures: structures)
+    }
+
+    /// `init(parsing:)` over an array.
+    public init?(parsing data: [UInt8]) {
+        guard let parsed = data.withUnsafeBytes({ AdvertisingData(parsing: $0) }) else { return nil }
+        self = parsed
+    }
+
+    /// Data made of these structures (each at most 254 data bytes).
+    public init(_ structures: [(type: UInt8, data: [UInt8])]) {
+        var bytes: [UInt8] = []
+        for (type, data) in structures {
+            precondition(data.count <= 254, "an AD structure carries at most 254 data bytes")
+            bytes.append(UInt8(1 + data.count))
+            bytes.append(type)
+            bytes += data
+        }
+        self.init(parsing: bytes)!
+    }
+}
+
+/// One AD structure: its type (Assigned Numbers §2.3) and data.
+public struct ADStructure: Sendable, Equatable {
+    public let type: UInt8
+    /// A slice of the advertising data's `bytes`: its indices are theirs (use `first`, `dropFirst`,
+    /// or `Array(data)`).
+    public let data: ArraySlice<UInt8>
+
+    public init(type: UInt8, data: ArraySlice<UInt8>) {
+        self.type = type
+        self.data = data
+    }
+}

@@ -1,0 +1,236 @@
+import CLinux
+import Dispatch
+import Glibc
+import Synchronization
+import Threading
+
+/// The kernel's Bluetooth management socket, read on a thread of its own: every device-found
+/// event (an advertisement or scan response as the controller reported it) for the controllers
+/// in use goes, parsed, to the handler. Frames that do not fit the format are dropped and
+/// counted, never handed on.
+///
+/// `open` opens the kernel's socket; `init(reading:)` reads any descriptor that delivers one
+/// frame per read (a socketpair in tests, the simulator's stream).
+public final class ManagementChannel: Sendable {
+    /// What the channel has read, since it opened.
+    public struct Counters: Sendable, Equatable {
+        /// Frames read.
+        public var frames = 0
+        /// Device-found events handed to the handler.
+        public var delivered = 0
+        /// Frames dropped: their header or parameters did not fit the format.
+        public var badFrames = 0
+        /// Device-found events handed on without their advertising data, which was malformed.
+        public var droppedAdvertisingData = 0
+        /// Device-found events for other controllers than those in use.
+        public var otherControllers = 0
+        /// Device-found events for classic (BR/EDR) devices, not handed on.
+        public var classicDevices = 0
+        /// Well-formed frames of other kinds (command answers, settings changes, ...).
+        public var otherEvents = 0
+        /// Reads the socket refused.
+        public var readErrors = 0
+
+        public init() {}
+    }
+
+    private let reader: Reader
+    private let done = DispatchSemaphore(value: 0)
+    private let closed = Atomic<Bool>(false)
+
+    /// Reads `fd` (the channel owns it from now on, and makes it non-blocking) on a thread of its
+    /// own until `close`.
+    ///
+    /// - Parameters:
+    ///   - controllers: whose events are handed on (hci0 is index 0).
+    ///   - log: a line now and then (the first bad frames, the end of the socket).
+    ///   - ended: called on the channel's thread when the socket ends by itself (closed at the
+    ///     other end, a read error), not after `close`.
+    ///   - handler: called on the channel's thread for each device found, in the order read: it
+    ///     must return soon (hand the event to a bounded queue).
+    public init(reading fd: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void = { _ in },
+                ended: @escaping @Sendable (String) -> Void = { _ in },
+                handler: @escaping @Sendable (DeviceFound) -> Void) throws(ChannelError) {
+        let wake = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
+        let flags = fcntl(fd, F_GETFL)
+        guard wake >= 0, flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            let error = ChannelError(call: wake < 0 ? "eventfd" : "fcntl", errno: errno)
+            if wake >= 0 { Glibc.close(wake) }
+            Glibc.close(fd)
+            throw error
+        }
+        let reader = Reader(fd: fd, wake: wake, controllers: controllers, log: log, ended: ended, handler: handler)
+        self.reader = reader
+        let done = self.done
+        Threads.start(name: "mgmt-socket") {
+            reader.run()
+            done.signal()
+        }
+    }
+
+    deinit { close() }
+
+    /// Hands on only the events of `controllers` from now on (adapters that came or went).
+    public func setControllers(_ controllers: Set<ControllerIndex>) {
+        reader.controllers.withLock { $0 = controllers }
+    }
+
+    public var counters: Counters { reader.counters.withLock { $0 } }
+
+    /// Stops reading and closes the socket; the handler is not called after it returns (when
+    /// called from the handler itself, after the handler returns).
+    public func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        reader.stop()
+        if reader.isCurrentThread { return }
+        done.wait()
+        reader.closeDescriptors()
+    }
+}
+
+/// Why the channel could not start.
+public struct ChannelError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+
+    init(call: String, errno code: Int32) {
+        description = "\(call): \(String(cString: strerror(code)))"
+    }
+}
+
+extension ManagementChannel {
+    /// The channel's thread and what it shares with the others.
+    final class Reader: Sendable {
+        let fd: Int32
+        let wake: Int32
+        let controllers: Mutex<Set<ControllerIndex>>
+        let counters = Mutex(Counters())
+        let log: @Sendable (String) -> Void
+        let ended: @Sendable (String) -> Void
+        let handler: @Sendable (DeviceFound) -> Void
+        private let stopping = Atomic<Bool>(false)
+        /// `close` came from the handler: the thread closes the descriptors as it ends.
+        private let closeOnExit = Atomic<Bool>(false)
+        private let thread = Mutex<pthread_t?>(nil)
+        private let descriptorsClosed = Atomic<Bool>(false)
+
+        init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void,
+             ended: @escaping @Sendable (String) -> Void, handler: @escaping @Sendable (DeviceFound) -> Void) {
+            self.fd = fd
+            self.wake = wake
+            self.controllers = Mutex(controllers)
+            self.log = log
+            self.ended = ended
+            self.handler = handler
+        }
+
+        var isCurrentThread: Bool {
+            thread.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        }
+
+        /// Asks the thread to end. Its descriptors are still open: the caller closes them once the
+        /// thread has ended, or the thread does as it ends when the caller is the thread itself.
+        func stop() {
+            stopping.store(true, ordering: .releasing)
+            if isCurrentThread {
+                closeOnExit.store(true, ordering: .relaxed)
+            } else {
+                eventfd_write(wake, 1)
+            }
+        }
+
+        func closeDescriptors() {
+            guard !descriptorsClosed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            Glibc.close(fd)
+            Glibc.close(wake)
+        }
+
+        private var isStopping: Bool { stopping.load(ordering: .acquiring) }
+
+        func run() {
+            thread.withLock { $0 = pthread_self() }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Frame.maxSize, alignment: 8)
+            defer {
+                buffer.deallocate()
+                if closeOnExit.load(ordering: .relaxed) { closeDescriptors() }
+            }
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            while !isStopping {
+                guard poll(&fds, 2, -1) >= 0 else {
+                    if errno == EINTR { continue }
+                    return end("poll: \(String(cString: strerror(errno)))")
+                }
+                if fds[1].revents != 0 { return }
+                if fds[0].revents & Int16(POLLIN) != 0 {
+                    if let reason = drain(buffer) { return end(reason) }
+                } else if fds[0].revents != 0 {
+                    return end("the socket hung up")
+                }
+            }
+        }
+
+        private func end(_ reason: String) {
+            guard !isStopping else { return }
+            log("management socket: \(reason); no more events from it")
+            ended(reason)
+        }
+
+        /// Reads frames until none is left; why the socket ended, if it did.
+        private func drain(_ buffer: UnsafeMutableRawBufferPointer) -> String? {
+            while !isStopping {
+                let count = recv(fd, buffer.baseAddress, buffer.count, 0)
+                if count > 0 {
+                    handle(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+                    continue
+                }
+                if count == 0 { return "closed at the other end" }
+                let code = errno
+                switch code {
+                case EAGAIN, EWOULDBLOCK: return nil
+                case EINTR: continue
+                default:
+                    counters.withLock { $0.readErrors += 1 }
+                    // Out of memory for a moment: the next frames may read.
+                    if code == ENOBUFS || code == ENOMEM { return nil }
+                    return "read: \(String(cString: strerror(code)))"
+                }
+            }
+            return nil
+        }
+
+        /// One frame: parsed, filtered, counted, handed on.
+        private func handle(_ frame: UnsafeRawBufferPointer) {
+            let event: Event
+            do {
+                event = try Event(parsing: frame)
+            } catch {
+                let bad = counters.withLock { c -> Int in
+                    c.frames += 1
+                    c.badFrames += 1
+                    return c.badFrames
+                }
+                if isPowerOfTen(bad) { log("management socket: dropped a frame (\(bad) so far): \(error)") }
+                return
+            }
+            guard case .deviceFound(let found) = event else {
+                return counters.withLock { $0.frames += 1; $0.otherEvents += 1 }
+            }
+            let wanted = controllers.withLock { $0.contains(found.controller) }
+            let deliver = counters.withLock { c -> Bool in
+                c.frames += 1
+                guard wanted else { c.otherControllers += 1; return false }
+                guard found.addressType != .bredr else { c.classicDevices += 1; return false }
+                if found.advertisingDataDropped { c.droppedAdvertisingData += 1 }
+                c.delivered += 1
+                return true
+            }
+            if deliver { handler(found) }
+        }
+
+        /// 1, 10, 100, ...: when to log a count that may grow fast.
+        private func isPowerOfTen(_ n: Int) -> Bool {
+            var n = n
+            while n >= 10 && n % 10 == 0 { n /= 10 }
+            return n == 1
+        }
+    }
+}
