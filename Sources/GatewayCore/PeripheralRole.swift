@@ -97,8 +97,8 @@ package final class PeripheralRole: Sendable {
         }
     }
 
-    package func removeService(_ selector: String) async throws(BLEError) {
-        let id = try service(selector).id
+    /// Stops serving a service, by its id (`service(_:)` finds it).
+    package func removeService(id: Int) async throws(BLEError) {
         try await manager.remove(service: id)
         state.withLock { s in
             s.services[id] = nil
@@ -143,16 +143,17 @@ package final class PeripheralRole: Sendable {
 
     /// Sets a characteristic's value (what reads answer) and sends it to the centrals that
     /// subscribed; whether any had.
-    package func setValue(_ value: [UInt8], for selector: String) async throws(BLEError) -> (LocalAttribute, sent: Bool) {
+    package func setValue(_ value: [UInt8], for selector: String) async throws(BLEError)
+        -> (LocalAttribute, RegisteredService, sent: Bool) {
         guard value.count <= ServiceDefinition.maximumValueLength else {
             throw BLEError(.invalidParameters, "value: \(value.count) bytes; an attribute holds at most \(ServiceDefinition.maximumValueLength)")
         }
         let (attribute, service) = try characteristic(selector)
         let before = state.withLock { $0.values.updateValue(value, forKey: attribute) }
         let props = service.service.characteristics[attribute.characteristic].properties
-        guard !props.isDisjoint(with: [.notify, .indicate]) else { return (attribute, false) }
+        guard !props.isDisjoint(with: [.notify, .indicate]) else { return (attribute, service, false) }
         do {
-            return (attribute, try await manager.updateValue(value, for: attribute))
+            return (attribute, service, try await manager.updateValue(value, for: attribute))
         } catch {
             // Not sent: the client is told, and reads answer what they did.
             state.withLock { $0.values[attribute] = before }
@@ -291,7 +292,7 @@ package final class PeripheralRole: Sendable {
     /// Hands a request to the client that claimed it, and waits for its answer or the deadline.
     private func forward(_ notice: PeripheralNotice, to owner: Int) async -> PeripheralResponse {
         await withCheckedContinuation { continuation in
-            let (id, sent) = state.withLock { s -> (String, PeripheralNotice) in
+            let sent = state.withLock { s -> PeripheralNotice in
                 s.requests += 1
                 let id = "r\(s.requests)"
                 let deadline = answerDeadline
@@ -303,7 +304,7 @@ package final class PeripheralRole: Sendable {
                 var notice = notice
                 notice.request = id
                 s.pending[id] = Pending(owner: owner, read: notice.kind == .read, notice: notice, continuation: continuation, timer: timer)
-                return (id, notice)
+                return notice
             }
             hub.publish(.peripheral(sent))
         }

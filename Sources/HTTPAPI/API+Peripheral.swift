@@ -26,7 +26,7 @@ extension API {
             let role = try self.peripheral()
             let service = try role.service(request.pathParameters["service"] ?? "")
             let body = LocalServiceBody(service, in: await role.snapshot(), format: .hex)
-            try await role.removeService(String(service.id))
+            try await role.removeService(id: service.id)
             return body
         })
         router.add("GET", "/v1/peripheral/characteristics/{char}/value", handle { request in
@@ -39,8 +39,8 @@ extension API {
             let body = try JSON.decode(LocalValueRequest.self, from: request.body)
             let format = try Parse.format(body.format)
             let value = try format.decode(body.value)
-            let (attribute, sent) = try await role.setValue(value, for: request.pathParameters["char"] ?? "")
-            return LocalValueBody(attribute, try role.service(String(attribute.service)), value, format: format, sent: sent)
+            let (attribute, service, sent) = try await role.setValue(value, for: request.pathParameters["char"] ?? "")
+            return LocalValueBody(attribute, service, value, format: format, sent: sent)
         })
         router.add("POST", "/v1/peripheral/advertisements", handle(status: 201) { request in
             let role = try self.peripheral()

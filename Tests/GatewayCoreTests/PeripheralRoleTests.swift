@@ -160,7 +160,7 @@ import GatewayTesting
         #expect(await stack.services().map(\.service.uuid) == [BluetoothUUID("5a1e0001-0000-4000-8000-00805f9b34fb")!])
         #expect(await stack.advertisements().map(\.definition.localName) == ["demo"])
         // Removed: not kept.
-        try await next.peripheral!.removeService("1")
+        try await next.peripheral!.removeService(id: 1)
         #expect(next.restoration.keptPeripheral.services.isEmpty)
     }
 
