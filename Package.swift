@@ -58,7 +58,7 @@ let package = Package(
         .target(name: "AESCCM", dependencies: ["CNettle"]),
         // Advertisement decoders (BTHome, ATC1441/PVVX, MiBeacon, Ruuvi, iBeacon, Eddystone): pure logic.
         .target(name: "Sensors", dependencies: ["BLE", "AESCCM"]),
-        .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Threading", "Management"]),
         // The kernel's Bluetooth management socket: advertisements as the controller reported them
         // (device-found events), read on a thread of its own; knowing nothing of D-Bus or the gateway.
         .target(name: "Management", dependencies: ["CLinux", "BLE", "Threading"]),

@@ -17,6 +17,10 @@ public struct AdvertisementData: Sendable, Hashable {
     /// Other AD structures as received, by AD type, when the stack passes them on (types the
     /// fields above carry are not among them).
     public var otherStructures: [UInt8: [UInt8]]
+    /// The AD structures as the controller reported them (advertisement, then scan response),
+    /// when the stack passed the bytes on (the kernel's management socket); nil when the fields
+    /// above were all there was (BlueZ's D-Bus properties).
+    public var raw: [UInt8]?
 
     public init(
         localName: String? = nil,
@@ -26,7 +30,8 @@ public struct AdvertisementData: Sendable, Hashable {
         txPowerLevel: Int? = nil,
         isConnectable: Bool? = nil,
         flags: UInt8? = nil,
-        otherStructures: [UInt8: [UInt8]] = [:]
+        otherStructures: [UInt8: [UInt8]] = [:],
+        raw: [UInt8]? = nil
     ) {
         self.localName = localName
         self.serviceUUIDs = serviceUUIDs
@@ -36,5 +41,6 @@ public struct AdvertisementData: Sendable, Hashable {
         self.isConnectable = isConnectable
         self.flags = flags
         self.otherStructures = otherStructures
+        self.raw = raw
     }
 }

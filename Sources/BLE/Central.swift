@@ -33,9 +33,12 @@ public struct AdapterInfo: Sendable, Equatable {
     public var connections: Int
     /// The most links it took at once when it refused another (BlueZ tells no limit before).
     public var connectionLimit: Int?
+    /// Where its advertisements come from.
+    public var advertisements: AdvertisementPath
 
     public init(id: String, address: BluetoothAddress?, name: String?, alias: String?, powered: Bool,
-                discovering: Bool, selected: Bool, connections: Int = 0, connectionLimit: Int? = nil) {
+                discovering: Bool, selected: Bool, connections: Int = 0, connectionLimit: Int? = nil,
+                advertisements: AdvertisementPath = .dbus) {
         self.id = id
         self.address = address
         self.name = name
@@ -45,6 +48,7 @@ public struct AdapterInfo: Sendable, Equatable {
         self.selected = selected
         self.connections = connections
         self.connectionLimit = connectionLimit
+        self.advertisements = advertisements
     }
 }
 
@@ -87,6 +91,15 @@ public struct PeripheralInfo: Sendable, Equatable {
         self.paired = paired
         self.advertisement = advertisement
     }
+}
+
+/// Where a central's advertisements come from (issue 36).
+public enum AdvertisementPath: String, Sendable, Equatable {
+    /// The kernel's Bluetooth management socket: each advertisement as the controller reported
+    /// it (its bytes), beside the stack.
+    case kernel
+    /// The stack's own reports (BlueZ's D-Bus signals): the fields it parsed.
+    case dbus
 }
 
 /// One adapter that hears a device.

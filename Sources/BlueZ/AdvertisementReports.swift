@@ -1,6 +1,7 @@
 import BLE
 import DBus
 import FoundationEssentials
+import Management
 import Synchronization
 import Threading
 
@@ -18,6 +19,30 @@ final class AdvertisementReports: Sendable {
     /// changes a few properties, and only those are read again. Entries go with their objects
     /// (InterfacesRemoved) and all at a reload, so it holds no more than the mirror does.
     private let snapshots = Mutex<[ObjectPath: PeripheralInfo]>([:])
+    /// The same for advertisements the kernel reports, by controller and address: entries go
+    /// when BlueZ's object of the device changes or goes (read again at the next one), all at
+    /// a reload, and all past `kernelLimit` (devices BlueZ never made an object of).
+    private let kernelSnapshots = Mutex<[KernelKey: PeripheralInfo]>([:])
+    static let kernelLimit = 8192
+
+    /// A device as one controller hears it.
+    struct KernelKey: Hashable {
+        let controller: UInt16
+        let address: BluetoothAddress
+
+        init(controller: UInt16, address: BluetoothAddress) {
+            self.controller = controller
+            self.address = address
+        }
+
+        /// The key of BlueZ's device object at `path` (/org/bluez/hciN/dev_…).
+        init?(_ path: ObjectPath) {
+            guard let adapter = path.parent, adapter.lastElement.hasPrefix("hci"),
+                  let controller = UInt16(adapter.lastElement.dropFirst(3)),
+                  let address = BlueZ.address(pathElement: path.lastElement) else { return nil }
+            self.init(controller: controller, address: address)
+        }
+    }
 
     init(link: BusLink, events: HandlerSlot<CentralEvent>, discovery: Discovery, devices: DeviceList, hearing: Hearing) {
         self.link = link
@@ -35,12 +60,17 @@ final class AdvertisementReports: Sendable {
         switch change {
         case .reloaded:
             snapshots.withLock { $0.removeAll() }
+            kernelSnapshots.withLock { $0.removeAll() }
             devices.forgetSightings()
         case .added(_, let interfaces) where interfaces[BlueZ.adapterInterface] != nil: snapshots.withLock { $0.removeAll() }
         case .removed(_, let names) where names.contains(BlueZ.adapterInterface): snapshots.withLock { $0.removeAll() }
         case .removed(let p, let names):
             snapshots.withLock { $0[p] = nil }
-            if names.contains(BlueZ.deviceInterface) { devices.forgot(p) }
+            if names.contains(BlueZ.deviceInterface) {
+                devices.forgot(p)
+                if let key = KernelKey(p) { kernelSnapshots.withLock { _ = $0.removeValue(forKey: key) } }
+                link.signals.disengage(p)
+            }
         default: break
         }
         switch change {
@@ -62,9 +92,14 @@ final class AdvertisementReports: Sendable {
             snapshots.withLock { $0[path] = nil }
             return
         }
+        // Advertisements come from the kernel: what BlueZ signals of a device changes its
+        // snapshot there (a name, a pairing), never tells an advertisement.
+        if link.advertisementPath == .kernel {
+            if let key = KernelKey(path) { kernelSnapshots.withLock { _ = $0.removeValue(forKey: key) } }
+            return
+        }
         let now = Date()
         guard let snapshot = snapshot(path, props, change, at: now) else { return }
-        let address = snapshot.id
         // Without DuplicateData, BlueZ signals ServiceData and ManufacturerData when they change,
         // each change once: every one is passed on, so that sensor payloads are all decoded.
         // With a discovery filter set (the watch always sets one) it signals RSSI at every
@@ -80,25 +115,62 @@ final class AdvertisementReports: Sendable {
         default:
             break
         }
+        report(snapshot, on: adapter.lastElement, advertised: advertised, dataChanged: dataChanged, at: now)
+    }
+
+    /// An advertisement the kernel reported (the management channel's thread): the device as its
+    /// last snapshot (BlueZ's properties, once) says, with this advertisement's RSSI and data.
+    func heard(_ found: DeviceFound) {
+        let key = KernelKey(controller: found.controller.rawValue, address: found.address)
+        let adapter = "hci\(found.controller.rawValue)"
+        let now = Date()
+        let raw = found.advertisingData.bytes
+        let (snapshot, dataChanged) = kernelSnapshots.withLock { s -> (PeripheralInfo, Bool) in
+            var info = s[key] ?? fresh(found, adapter: adapter)
+            let changed = info.advertisement.raw != raw
+            if changed {
+                let name = info.advertisement.localName
+                info.advertisement = AdvertisementData(structures: found.advertisingData.structures.lazy.map { ($0.type, $0.data) },
+                                                       raw: raw, connectable: !found.flags.contains(.notConnectable))
+                // A scan response carries the name, the advertisement often not: the last one holds.
+                if info.advertisement.localName == nil { info.advertisement.localName = name }
+                if info.name == nil { info.name = info.advertisement.localName }
+            }
+            info.rssi = found.rssi
+            info.lastSeen = now
+            if s[key] == nil, s.count >= Self.kernelLimit { s.removeAll(keepingCapacity: true) }
+            s[key] = info
+            return (info, changed)
+        }
+        report(snapshot, on: Substring(adapter), advertised: true, dataChanged: dataChanged, at: now)
+    }
+
+    /// A device heard by the kernel first: as BlueZ has it, if it does, else from the event alone.
+    private func fresh(_ found: DeviceFound, adapter: String) -> PeripheralInfo {
+        if let path = index.adapterPaths().first(where: { $0.lastElement == adapter })?.child(BlueZ.pathElement(found.address)),
+           let props = tree.properties(at: path, BlueZ.deviceInterface), var info = DeviceProperties.peripheral(props, lastSeen: nil) {
+            info.advertisement = AdvertisementData(localName: info.advertisement.localName)
+            return info
+        }
+        return PeripheralInfo(id: found.address, addressType: found.addressType == .leRandom ? "random" : "public", name: nil,
+                              rssi: nil, lastSeen: nil, state: .disconnected, paired: false, advertisement: AdvertisementData())
+    }
+
+    /// What is told of an advertisement heard (`advertised`) or of a device's change: the device
+    /// list, the devices listened for, the scan's and the watch's clients.
+    private func report(_ snapshot: PeripheralInfo, on adapter: Substring, advertised: Bool, dataChanged: Bool, at now: Date) {
+        let address = snapshot.id
         // An advertisement another adapter hears better is listed, not told again.
         var echo = false
         if advertised {
             hearing.heard(address)
-            echo = !devices.sighted(address, on: adapter.lastElement, rssi: snapshot.rssi, at: now)
+            echo = !devices.sighted(address, on: adapter, rssi: snapshot.rssi, at: now)
         }
         let (scan, watch) = discovery.wanted()
         guard scan != nil || watch != nil else { return }
-        // Parsed only for a device the scan or the watch does not follow yet, once.
-        var parsed: (name: String?, rssi: Int?, advertisement: AdvertisementData)?
-        func fields() -> (name: String?, rssi: Int?, advertisement: AdvertisementData) {
-            if let parsed { return parsed }
-            let f = (DeviceProperties.name(props), DeviceProperties.rssi(props), DeviceProperties.advertisement(props))
-            parsed = f
-            return f
-        }
         var watched = false
         if let options = watch, devices.heardByWatch(address)
-            || options.matches(address, name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
+            || options.matches(address, name: snapshot.name, rssi: snapshot.rssi, advertisement: snapshot.advertisement) {
             // Every advertisement of a watched device, duplicates included: a Bluetooth
             // proxy's clients (Home Assistant) expect the steady stream a radio hears.
             watched = devices.heard(address, snapshot, at: now) || advertised
@@ -106,7 +178,7 @@ final class AdvertisementReports: Sendable {
         var report: Report?
         if let options = scan {
             let known = devices.seenByScan(address)
-            if known || options.matches(name: fields().name, rssi: fields().rssi, advertisement: fields().advertisement) {
+            if known || options.matches(name: snapshot.name, rssi: snapshot.rssi, advertisement: snapshot.advertisement) {
                 devices.seen(address, snapshot, at: now)
                 report = !known ? .discovered : echo ? nil : options.allowDuplicates ? .discovered : dataChanged ? .dataChanged : nil
             }

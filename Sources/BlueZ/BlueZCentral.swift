@@ -23,6 +23,8 @@ public final class BlueZCentral: Central {
     let discovery: Discovery
     private let devices: DeviceList
     private let reports: AdvertisementReports
+    /// Advertisements from the kernel's management socket, when it reads.
+    private let kernel: KernelAdvertisements
     private let connector: Connector
     private let gatt: GATTOperations
     private let agent: PairingAgent
@@ -38,9 +40,9 @@ public final class BlueZCentral: Central {
     public convenience init(busAddress address: String, adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard,
                             staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
                             pairing: PairingOptions = PairingOptions(), recovery: RecoveryOptions = RecoveryOptions(),
-                            log: @escaping @Sendable (String) -> Void = { _ in }) {
+                            advertisements: AdvertisementSource = .dbus, log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.init(adapters: adapters, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
-                  pairing: pairing, recovery: recovery, log: log) { () throws(BusError) in
+                  pairing: pairing, recovery: recovery, advertisements: advertisements, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
     }
@@ -51,7 +53,7 @@ public final class BlueZCentral: Central {
     /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
     public init(adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
                 forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10), pairing: PairingOptions = PairingOptions(),
-                recovery: RecoveryOptions = RecoveryOptions(),
+                recovery: RecoveryOptions = RecoveryOptions(), advertisements: AdvertisementSource = .dbus,
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, selection: adapters)
@@ -66,7 +68,9 @@ public final class BlueZCentral: Central {
         self.link = link
         self.discovery = discovery
         self.devices = devices
-        self.reports = AdvertisementReports(link: link, events: events, discovery: discovery, devices: devices, hearing: hearing)
+        let reports = AdvertisementReports(link: link, events: events, discovery: discovery, devices: devices, hearing: hearing)
+        self.reports = reports
+        kernel = KernelAdvertisements(link: link, reports: reports, source: advertisements, log: log)
         self.connector = connector
         let gatt = GATTOperations(link: link, connector: connector, events: events, restoreDeadline: restoreDeadline, log: log)
         self.gatt = gatt
@@ -102,6 +106,7 @@ public final class BlueZCentral: Central {
         case .reloaded, .added, .removed: link.reportStatus()
         case .properties(_, let interface, _, _): if interface == BlueZ.adapterInterface { link.reportStatus() }
         }
+        engageLinked(change)
         discovery.observe(change)
         reports.observe(change)
         connector.observe(change)
@@ -123,9 +128,40 @@ public final class BlueZCentral: Central {
 
     public func setEventHandler(_ handler: @escaping @Sendable (CentralEvent) -> Void) { events.set(handler) }
 
-    /// Connects to the bus, subscribes to BlueZ's signals, then loads its objects. Problems show
-    /// in `status()`.
-    public func start() async { await link.start() }
+    /// Opens the kernel's management channel if it may and should, then connects to the bus,
+    /// subscribes to BlueZ's signals and loads its objects. Problems show in `status()`.
+    public func start() async {
+        await kernel.start()
+        await link.start()
+    }
+
+    /// Where advertisements come from now.
+    public var advertisementPath: AdvertisementPath { link.advertisementPath }
+
+    /// While advertisements come from the kernel: a device BlueZ lists as linked is engaged (its
+    /// Device1 signals read), and the channel follows the adapters in use.
+    private func engageLinked(_ change: ObjectTree.Change) {
+        switch change {
+        case .reloaded:
+            kernel.adaptersChanged()
+            guard link.advertisementPath == .kernel else { return }
+            for adapter in link.index.adapterPaths() {
+                for (path, props) in link.tree.objects(with: BlueZ.deviceInterface, under: adapter)
+                where path.parent == adapter && props["Connected"]?.bool == true {
+                    Task { [link] in await link.engage(path) }
+                }
+            }
+        case .added(let path, let interfaces):
+            if interfaces[BlueZ.adapterInterface] != nil { kernel.adaptersChanged() }
+            if link.advertisementPath == .kernel, interfaces[BlueZ.deviceInterface]?["Connected"]?.bool == true {
+                Task { [link] in await link.engage(path) }
+            }
+        case .removed(_, let names):
+            if names.contains(BlueZ.adapterInterface) { kernel.adaptersChanged() }
+        case .properties:
+            break
+        }
+    }
 
     /// Runs `body` on the D-Bus connection's thread (`Connection.onConnectionThread`); false, and
     /// nothing runs, while there is no bus connection (it is being made again, with backoff).
@@ -135,8 +171,11 @@ public final class BlueZCentral: Central {
         return true
     }
 
-    /// Lets go of the bus (shutdown).
-    public func close() { link.close() }
+    /// Lets go of the bus and the management channel (shutdown).
+    public func close() {
+        kernel.close()
+        link.close()
+    }
 
     // MARK: - Central
 
@@ -228,6 +267,7 @@ public final class BlueZCentral: Central {
 
     public func setTrusted(_ trusted: Bool, _ id: BluetoothAddress) async throws(BLEError) -> PeripheralInfo {
         let path = try link.index.devicePath(id)
+        await link.engage(path)
         do throws(BusError) {
             _ = try await link.call(.methodCall(destination: BlueZ.service, path: path, interface: Connection.propertiesInterface,
                                                 member: "Set", [.string(BlueZ.deviceInterface), .string("Trusted"), .variant(.bool(trusted))]),

@@ -25,6 +25,10 @@ final class BusLink: Sendable {
     /// applied after the earlier one.
     private let loads = SerialQueues<Int>(maxWaiting: 8, maxWait: nil)
 
+    /// Which PropertiesChanged signals are read (all, or Device1's only for engaged devices while
+    /// advertisements come from the kernel).
+    let signals: PropertySignals
+
     /// Method calls bus peers make on gattway's own objects (its pairing agent's).
     let methodCalls = HandlerSlot<Message>()
     /// Runs after each load of BlueZ's objects that found bluetoothd.
@@ -51,6 +55,7 @@ final class BusLink: Sendable {
         self.index = index
         self.events = events
         self.log = log
+        signals = PropertySignals { tree.apply($0) }
     }
 
     // MARK: - The bus
@@ -94,6 +99,15 @@ final class BusLink: Sendable {
         if let props = try? await getAllProperties(path, interface) { tree.refresh(path, interface, props) }
     }
 
+    /// The device at `path` is one gattway has to do with: its Device1 signals are read from now
+    /// on, and its properties once, in case they changed unseen. At once while every signal is.
+    func engage(_ path: ObjectPath) async {
+        if await signals.engage(path) { await readIntoMirror(path, BlueZ.deviceInterface) }
+    }
+
+    /// Where advertisements come from now.
+    var advertisementPath: AdvertisementPath { signals.scope == .engagedDevices ? .kernel : .dbus }
+
     /// Sends a message (a reply to a call on gattway's objects) if there is a bus connection.
     func send(_ message: Message) {
         do { try connection?.send(message) } catch { log("cannot answer \(message.member ?? "a call"): \(error)") }
@@ -136,13 +150,11 @@ final class BusLink: Sendable {
             return
         }
         let objectManager = MatchRule(sender: BlueZ.service, interface: Connection.objectManagerInterface)
-        let properties = MatchRule(sender: BlueZ.service, pathNamespace: BlueZ.root,
-                                   interface: Connection.propertiesInterface, member: "PropertiesChanged")
         let owner = MatchRule(sender: BlueZ.busService, interface: BlueZ.busService, member: "NameOwnerChanged", arg0: BlueZ.service)
         let tree = self.tree
         do {
             try await connection.subscribe(objectManager) { tree.apply($0) }
-            try await connection.subscribe(properties) { tree.apply($0) }
+            try await signals.subscribe(on: connection)
             try await connection.subscribe(owner) { [weak self] signal in
                 let newOwner = signal.body.count > 2 ? signal.body[2].string ?? "" : ""
                 self?.ownerChanged(newOwner)
@@ -332,7 +344,7 @@ final class BusLink: Sendable {
                     name: props["Name"]?.string, alias: props["Alias"]?.string,
                     powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
                     selected: index.isInUse(adapter: path), connections: connections(on: path),
-                    connectionLimit: limits.withLock { $0[path] })
+                    connectionLimit: limits.withLock { $0[path] }, advertisements: advertisementPath)
     }
 
     /// LE links up on an adapter.

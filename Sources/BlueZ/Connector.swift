@@ -177,6 +177,8 @@ final class Connector: Sendable {
 
     func connectInTurn(_ id: BluetoothAddress, _ path: ObjectPath, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
         try await inTurn(id) { () async throws(BLEError) -> PeripheralInfo in
+            // Its signals from before the call: Connected, ServicesResolved, its GATT objects'.
+            await link.engage(path)
             if isReady(path) { return try devices.peripheral(id) }
             setTransition(id, .connecting)
             disconnecting.withLock { _ = $0.remove(id) }

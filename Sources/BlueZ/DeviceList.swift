@@ -305,6 +305,14 @@ final class DeviceList: Sendable {
 
     private func info(_ path: ObjectPath, _ props: [String: Value], lastSeen: Date?, transition: PeripheralState?) -> PeripheralInfo? {
         guard var info = DeviceProperties.peripheral(props, lastSeen: lastSeen) else { return nil }
+        // Advertisements from the kernel: BlueZ's RSSI and data of a device not engaged are not
+        // read any more, the last one heard is what it advertises.
+        if info.state == .disconnected, link.advertisementPath == .kernel,
+           let heard = sightings.withLock({ $0.last[info.id] ?? $0.watch?.last[info.id] }) {
+            info.rssi = heard.rssi
+            info.advertisement = heard.advertisement
+            if info.name == nil { info.name = heard.name }
+        }
         if let transition { info.state = transition }
         if info.state == .connected { info.mtu = index.mtu(path) }
         info.reconnect = reconnects.withLock { $0[info.id] }

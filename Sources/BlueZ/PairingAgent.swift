@@ -87,6 +87,7 @@ final class PairingAgent: Sendable {
     func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) {
         _ = try link.usableAdapter()
         let path = try index.devicePath(id)
+        await link.engage(path)
         if tree.properties(at: path, BlueZ.deviceInterface)?["Paired"]?.bool == true { return }
         let started = state.withLock { s -> Bool in
             guard s.pairing.insert(id).inserted else { return false }

@@ -96,6 +96,18 @@ public final class Connection: Sendable {
     /// Stops routing a subscription's signals (the bus rule stays until the connection closes).
     public func unsubscribe(_ id: SubscriptionID) { core.removeSubscription(id) }
 
+    /// Stops routing a subscription's signals and asks the bus to stop sending what `rule` (the
+    /// one it was made with) matches, without waiting for the answer: a rule left behind costs
+    /// the bus and this side a message for every signal it matches.
+    public func unsubscribe(_ id: SubscriptionID, rule: MatchRule) {
+        core.removeSubscription(id)
+        guard let ruleString = try? rule.ruleString() else { return }
+        var message = Message.methodCall(destination: "org.freedesktop.DBus", path: ObjectPath(trusted: "/org/freedesktop/DBus"),
+                                         interface: "org.freedesktop.DBus", member: "RemoveMatch", [.string(ruleString)])
+        message.noReplyExpected = true
+        try? send(message)
+    }
+
     /// Receives every incoming method call (on the connection's thread). Without a handler the
     /// bus caller gets `UnknownMethod`. The handler answers later with `send(call.reply(...))`.
     public func setMethodCallHandler(_ handler: (@Sendable (Message) -> Void)?) {

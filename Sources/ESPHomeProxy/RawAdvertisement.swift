@@ -2,26 +2,18 @@ import BLE
 import ESPHomeAPI
 
 /// An advertisement as the API carries it raw: the address as a 48-bit integer with its type,
-/// the RSSI, and the advertising data as AD structures (length, type, data), rebuilt from what
-/// the stack reports of the device — BlueZ gives the fields it parsed, not the bytes it received.
+/// the RSSI, and the advertising data as AD structures (length, type, data): the bytes the
+/// controller reported when the kernel's management socket passed them on, else rebuilt from
+/// what BlueZ's D-Bus properties give (the fields it parsed, not the bytes it received).
 enum RawAdvertisement {
     /// AD types (Bluetooth Assigned Numbers, "Common Data Types").
-    enum ADType {
-        static let flags: UInt8 = 0x01
-        static let completeUUIDs16: UInt8 = 0x03
-        static let completeUUIDs32: UInt8 = 0x05
-        static let completeUUIDs128: UInt8 = 0x07
-        static let completeLocalName: UInt8 = 0x09
-        static let txPowerLevel: UInt8 = 0x0A
-        static let serviceData16: UInt8 = 0x16
-        static let serviceData32: UInt8 = 0x20
-        static let serviceData128: UInt8 = 0x21
-        static let manufacturerData: UInt8 = 0xFF
-        /// What the structures above carry: never copied from `otherStructures` as well.
-        static let built: Set<UInt8> = [flags, 0x02, completeUUIDs16, 0x04, completeUUIDs32, 0x06, completeUUIDs128,
-                                        0x08, completeLocalName, txPowerLevel, serviceData16, serviceData32,
-                                        serviceData128, manufacturerData]
-    }
+    typealias ADType = AdvertisementData.ADType
+
+    /// What the structures `data` builds carry: never copied from `otherStructures` as well.
+    static let built: Set<UInt8> = [ADType.flags, ADType.incompleteUUIDs16, ADType.completeUUIDs16, ADType.incompleteUUIDs32,
+                                    ADType.completeUUIDs32, ADType.incompleteUUIDs128, ADType.completeUUIDs128,
+                                    ADType.shortenedLocalName, ADType.completeLocalName, ADType.txPowerLevel,
+                                    ADType.serviceData16, ADType.serviceData32, ADType.serviceData128, ADType.manufacturerData]
 
     /// What goes for the RSSI when the controller measured none (HCI's 127, which BlueZ passes
     /// on and gattway reads as no RSSI; the real-BlueZ lab's emulated controllers report only
@@ -53,6 +45,7 @@ enum RawAdvertisement {
     /// advertisement carries one) is left out rather than cut.
     static func data(_ info: PeripheralInfo) -> [UInt8] {
         let ad = info.advertisement
+        if let raw = ad.raw { return raw }
         var out: [UInt8] = []
         out.reserveCapacity(62)
         func structure(_ type: UInt8, _ body: [UInt8]) {
@@ -90,7 +83,7 @@ enum RawAdvertisement {
         for (company, bytes) in ad.manufacturerData.sorted(by: { $0.key < $1.key }) {
             structure(ADType.manufacturerData, littleEndian(UInt64(company), 2) + bytes)
         }
-        for (type, bytes) in ad.otherStructures.sorted(by: { $0.key < $1.key }) where !ADType.built.contains(type) {
+        for (type, bytes) in ad.otherStructures.sorted(by: { $0.key < $1.key }) where !built.contains(type) {
             structure(type, bytes)
         }
         return out

@@ -33,6 +33,8 @@ package struct AdapterBody: Encodable {
     /// LE links up on it, and the most it took when it refused another (unknown until then).
     package var connections: Int
     package var connectionLimit: Int?
+    /// Where its advertisements come from: "kernel" (the management socket) or "dbus".
+    package var advertisements: String
 
     package init(_ a: AdapterInfo) {
         id = a.id
@@ -44,6 +46,7 @@ package struct AdapterBody: Encodable {
         selected = a.selected
         connections = a.connections
         connectionLimit = a.connectionLimit
+        advertisements = a.advertisements.rawValue
     }
 }
 

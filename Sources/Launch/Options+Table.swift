@@ -67,6 +67,22 @@ extension Options {
             }
             options.adapters = names
         },
+        .value("--advertisements", "auto|dbus", environment: "GATTWAY_ADVERTISEMENTS", """
+            where advertisements are read: auto (the default) reads the kernel's Bluetooth management \
+            socket when gattway may (root or CAP_NET_ADMIN, in the host's network namespace): each \
+            advertisement's bytes as the controller reported them, at about half the cost; else, and \
+            with dbus, BlueZ's D-Bus signals. GET /v1/adapters says which is used
+            """) { options, text, source throws(UsageError) in
+            switch text {
+            case "auto": options.advertisements = .auto
+            case "dbus": options.advertisements = .dbus
+            default: throw UsageError("\(source) takes auto or dbus, not \"\(text)\"")
+            }
+        },
+        .value("--management-socket", "PATH", environment: "GATTWAY_MANAGEMENT_SOCKET", """
+            read the management events from this Unix socket (gattway-sim --management-socket: the \
+            simulator's adapters' events) instead of the kernel's
+            """) { options, text, _ in options.managementSocket = text },
         Option(["--simulate"], value: .optional("FILE", absent: "builtin"), environment: "GATTWAY_SIMULATE", """
             no radio needed: start a private D-Bus daemon with gattway's BlueZ simulator on it and use \
             that. FILE is a simulator configuration (JSON, see `gattway-sim --help`); without it, the \

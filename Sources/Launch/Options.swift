@@ -11,6 +11,16 @@ package struct Options: Sendable {
     package var port: UInt16 = 8080
     /// The adapters to use by name; nil: all.
     package var adapters: [String]?
+    /// Where advertisements are read (`--advertisements`).
+    package var advertisements = AdvertisementChoice.auto
+    /// `--management-socket`: the management events from this socket instead of the kernel's.
+    package var managementSocket: String?
+
+    /// `--advertisements`.
+    package enum AdvertisementChoice: Sendable, Equatable {
+        case auto
+        case dbus
+    }
     /// nil: use the system bus. Some(nil): simulate the built-in devices. Some(path): simulate a file.
     package var simulate: String??
     package var maxBodyBytes = 64 * 1024

@@ -95,6 +95,10 @@ public struct ChannelError: Error, Sendable, CustomStringConvertible {
     init(call: String, errno code: Int32) {
         description = "\(call): \(String(cString: strerror(code)))"
     }
+
+    init(_ description: String) {
+        self.description = description
+    }
 }
 
 extension ManagementChannel {

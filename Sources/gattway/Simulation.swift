@@ -20,6 +20,12 @@ struct Simulation {
         }
     }
 
+    /// A descriptor the simulator's management events (the kernel's frames for its adapters) come
+    /// on; nil while the simulator serves none.
+    func managementStream() -> Int32? {
+        nil
+    }
+
     func stop() {
         simulator.stop()
         bus.stop()

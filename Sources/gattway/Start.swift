@@ -28,13 +28,14 @@ func startSimulation(_ file: String?) async throws(StartFailure) -> Simulation {
 
 /// BlueZ on `busAddress`, the simulator's or the system's; a bus that is away is tried again
 /// with backoff meanwhile.
-func startCentral(_ options: Options, busAddress: String) async -> BlueZCentral {
+func startCentral(_ options: Options, busAddress: String, simulation: Simulation?) async -> BlueZCentral {
     let pairing = PairingOptions(io: options.pairingIO, defaultAgent: options.pairingDefaultAgent,
                                  answerDeadline: .milliseconds(Int(options.pairingTimeoutSeconds * 1000)))
     let central = BlueZCentral(busAddress: busAddress, adapters: options.adapters.map { .named($0) } ?? .all,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
                                forgetAfter: options.forgetAfter, pairing: pairing,
-                               recovery: RecoveryOptions(resetAdapter: options.adapterReset), log: log)
+                               recovery: RecoveryOptions(resetAdapter: options.adapterReset),
+                               advertisements: advertisementSource(options, simulation: simulation), log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
@@ -44,6 +45,15 @@ func startCentral(_ options: Options, busAddress: String) async -> BlueZCentral 
             + " Serving meanwhile; the bus is tried again with backoff.", .warning)
     }
     return central
+}
+
+/// Where advertisements are read: a socket named, D-Bus when asked, the simulator's own events
+/// when simulating (never the kernel's: they are of other adapters), else the kernel's if it may.
+func advertisementSource(_ options: Options, simulation: Simulation?) -> AdvertisementSource {
+    if let path = options.managementSocket { return .socket(path) }
+    if options.advertisements == .dbus { return .dbus }
+    guard let simulation else { return .auto }
+    return simulation.managementStream().map { .descriptor($0) } ?? .dbus
 }
 
 /// What gattway asked BlueZ for on its own ends with it.

@@ -37,11 +37,14 @@ func start(_ options: Options, _ loaded: Loaded, _ services: Services, systemd: 
     let hangUp = await services.start("SIGHUP", { HangUp(options, loaded.access) }, stop: { $0.cancel() })
     // The bus: ours with the simulator on it, or the system's.
     var busAddress = Connection.systemBusAddress
+    var simulation: Simulation?
     if let file = options.simulate {
-        busAddress = try await services.start("simulator", { () async throws(StartFailure) in try await startSimulation(file) },
-                                              stop: { $0.stop() }).bus.address
+        simulation = try await services.start("simulator", { () async throws(StartFailure) in try await startSimulation(file) },
+                                              stop: { $0.stop() })
+        busAddress = simulation!.bus.address
     }
-    let central = await services.start("BlueZ", { await startCentral(options, busAddress: busAddress) }, stop: stopCentral)
+    let central = await services.start("BlueZ", { [simulation] in await startCentral(options, busAddress: busAddress, simulation: simulation) },
+                                       stop: stopCentral)
     // The core, then its doors.
     let gateway = await services.start("gateway", { makeGateway(options, loaded, central: central) }, stop: disconnectOwned)
     hangUp.reload(keysOf: gateway)

@@ -36,7 +36,7 @@ import sys
 CORE = {"GatewayCore"}
 DOORS = {"HTTPAPI", "MQTTBridge", "ESPHomeProxy", "SerialBridge"}
 TRANSPORTS = {"HTTPServer", "MQTT", "Access", "Dashboard", "Sockets", "CMicroHTTPD", "CMosquitto"}
-BACKENDS = {"BlueZ", "DBus", "CDBus", "Simulator"}
+BACKENDS = {"BlueZ", "DBus", "CDBus", "Simulator", "Management"}
 EXECUTABLES = {"gattway", "gattway-sim"}
 WIRING = {"Launch"}
 # Door → door edges that are part of the design: {door: {doors it fronts}}.
