@@ -378,7 +378,23 @@ public final class BlueZCentral: Central {
             CentralMetric("gattway_notifications_unrestored", help, .gauge, labels: [("state", "failed")], Double(unrestored.failed)),
             CentralMetric("gattway_adapter_resets_total", "Adapters powered off and on because connects kept failing as a stale link makes them.",
                           .counter, Double(connector.adapterReset.resets)),
-        ]
+            CentralMetric("gattway_dbus_properties_signals_total", "BlueZ's PropertiesChanged signals read, by interface.", .counter,
+                          labels: [("interface", "device")], Double(link.signals.signalsRead.devices)),
+            CentralMetric("gattway_dbus_properties_signals_total", "BlueZ's PropertiesChanged signals read, by interface.", .counter,
+                          labels: [("interface", "other")], Double(link.signals.signalsRead.others)),
+            CentralMetric("gattway_devices_engaged", "Devices whose BlueZ signals are read while advertisements come from the kernel.",
+                          .gauge, Double(link.signals.engagedCount)),
+        ] + kernelMetrics()
+    }
+
+    /// The management channel's counters, while it reads.
+    private func kernelMetrics() -> [CentralMetric] {
+        guard let c = kernel.counters else { return [] }
+        let help = "Management-socket frames read, by what became of them."
+        return [("delivered", c.delivered), ("bad", c.badFrames), ("ad_dropped", c.droppedAdvertisingData),
+                ("other_controller", c.otherControllers), ("classic", c.classicDevices), ("other_event", c.otherEvents)].map {
+            CentralMetric("gattway_management_frames_total", help, .counter, labels: [("outcome", $0.0)], Double($0.1))
+        }
     }
 }
 

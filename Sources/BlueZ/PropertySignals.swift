@@ -34,10 +34,29 @@ final class PropertySignals: Sendable {
 
     private let state = Mutex(State())
     private let apply: @Sendable (Message) -> Void
+    /// PropertiesChanged signals read: Device1's, and the others'.
+    private let counts = Counts()
+
+    private final class Counts: Sendable {
+        let devices = Atomic<Int>(0)
+        let others = Atomic<Int>(0)
+    }
 
     /// `apply` takes every signal read (the mirror's).
     init(apply: @escaping @Sendable (Message) -> Void) {
-        self.apply = apply
+        self.apply = { [counts] message in
+            if message.body.first?.string == BlueZ.deviceInterface {
+                counts.devices.add(1, ordering: .relaxed)
+            } else {
+                counts.others.add(1, ordering: .relaxed)
+            }
+            apply(message)
+        }
+    }
+
+    /// Signals read so far, Device1's and the others'.
+    var signalsRead: (devices: Int, others: Int) {
+        (counts.devices.load(ordering: .relaxed), counts.others.load(ordering: .relaxed))
     }
 
     var scope: Scope { state.withLock { $0.scope } }
