@@ -176,12 +176,15 @@ def sim_config(devices, chars, interval_ms):
 READ_CHAR = {"uuid": "b0ff", "flags": ["read"], "value": "0011223344556677"}
 
 
-def start_sim(stack, config, name):
+def start_sim(stack, config, name, options=()):
+    """gattway-sim with `config` (written to OUT/<name>-sim.json) and its other `options`, stopped
+    by `stack`: (its bus's address, its pid)."""
     path = os.path.join(OUT, f"{name}-sim.json")
     with open(path, "w") as f:
         json.dump(config, f)
-    logf = stack.enter_context(open(os.path.join(OUT, f"{name}-sim.log"), "w"))
-    p = subprocess.Popen([SIM, "--config", path], stdout=subprocess.PIPE, stderr=logf, text=True)
+    log_path = os.path.join(OUT, f"{name}-sim.log")
+    logf = stack.enter_context(open(log_path, "w"))
+    p = subprocess.Popen([SIM, "--config", path, *options], stdout=subprocess.PIPE, stderr=logf, text=True)
     stack.callback(stop_process, p)
     lines = queue.Queue()
 
@@ -197,11 +200,15 @@ def start_sim(stack, config, name):
     except queue.Empty:
         first = ""
     if not first.startswith("DBUS_SYSTEM_BUS_ADDRESS="):
-        raise RuntimeError(f"gattway-sim did not start (see {name}-sim.log): {first.strip()}")
+        logf.flush()
+        with open(log_path) as f:  # an exit's reason is its last line on stderr
+            said = first.strip() or " / ".join(f.read().split("\n")[-3:]).strip(" /")
+        raise RuntimeError(f"gattway-sim did not start (see {name}-sim.log): {said}")
     return first.strip().split("=", 1)[1], p.pid
 
 
-def gattway_help(binary):
+def help_text(binary):
+    """`binary --help`'s text ("" if it does not run): which options a build has."""
     try:
         return subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -221,15 +228,15 @@ class Gateway:
 def gattway_gateway(name, binary):
     """A gattway build as a gateway under test, with the flags its --help offers."""
     # Past its default limits gattway answers 503: lift them for the 10 000 streams, if it has the flags.
-    help_text = gattway_help(binary)
-    lift = [x for f in ("--max-streams", "--max-connections") if f in help_text for x in (f, "20000")]
+    offered = help_text(binary)
+    lift = [x for f in ("--max-streams", "--max-connections") if f in offered for x in (f, "20000")]
     if not lift:
         log(f"bench: {binary} --help lists no --max-streams / --max-connections: its default limits apply")
     # Every client of the bench has one address (loopback), so the per-client limits, which
     # guard a gateway from one greedy client, are lifted in every phase; the Python gateway
     # has none.
     per_client = [x for f, v in (("--rate-limit", "0"), ("--max-client-connections", "20000"),
-                                 ("--max-client-streams", "20000")) if f in help_text for x in (f, v)]
+                                 ("--max-client-streams", "20000")) if f in offered for x in (f, v)]
     return Gateway(name, [binary, *per_client], rss_extra=lift)
 
 

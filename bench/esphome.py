@@ -1,26 +1,39 @@
 #!/usr/bin/env python3
-"""Benchmark of the ESPHome-API Bluetooth proxy (issue 25): prints figures, decides nothing.
+"""Benchmark of the ESPHome-API Bluetooth proxy (issues 25 and 36): prints figures, decides nothing.
 
 Every phase starts a fresh `gattway-sim --config <generated JSON>` on its own private bus, then
 gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`; the helpers
 (this file run with a leading `_role`) take JSON commands on stdin and answer on stdout.
 
   a. stream   500 devices advertising every 250 ms (2 000 advertisements a second), each with
-              manufacturer data 0xFFFF whose last byte counts its advertisements. A plain D-Bus
+              manufacturer data 0xFFFF whose last byte counts its advertisements, measured for
+              each path advertisements can take into gattway, one after the other on the same
+              simulator:
+                dbus    `--advertisements dbus`: BlueZ's D-Bus signals, read through libdbus;
+                kernel  the simulator also serves the kernel's management-socket events
+                        (DEVICE_FOUND, `gattway-sim --management-socket PATH`) and gattway reads
+                        them there (`--management-socket PATH`), as it reads the kernel's own
+                        socket when it may (root or CAP_NET_ADMIN).
+              A path is checked in GET /v1/adapters ("advertisements") before it is measured; a
+              build without it prints `path=kernel unavailable: <why>` instead. A plain D-Bus
               client (dbus-fast) on the simulator's bus sees every advertisement the simulator
               signals (PropertiesChanged of Device1 with an RSSI) and notes its (address,
               counter), and when it saw those of 25 sample devices; one aioesphomeapi client,
               subscribed to raw advertisements, does the same with what the proxy sends. Over the
               window: delivered = the (address, counter) pairs the client got / those the
               simulator signalled; latency = the client's arrival minus the D-Bus client's, for
-              the samples (p50, p99: the proxy's batching, at most 16 a message or 100 ms, is in
-              it); gattway's CPU (utime + stime) per advertisement the client got.
+              the samples (p50, p99; on the kernel path too the reference is the D-Bus signal,
+              which the simulator sends with the frame). The proxy's batching is in it: up to 16
+              a message or 100 ms; at 2 000 a second a batch fills in 8 ms, so an advertisement
+              waits for the rest of its batch, 3.75 ms on average (the 100 ms bound only counts
+              below 160 a second). gattway's CPU (utime + stime) per advertisement the client got.
   b. bleak    the same stream to bleak's BleakScanner, alone on the bus (gattway stopped), with a
-              detection callback that only counts: its process's CPU per callback; the ratio
-              gattway / bleak. Then the libdbus floor, alone too: bench/dbus_floor.c, a C
+              detection callback that only counts: its process's CPU per callback; for each
+              path the ratio gattway / bleak (issue 36's target: at most 0.5 on the kernel
+              path). Then the libdbus floor, alone too: bench/dbus_floor.c, a C
               program that discovers as gattway's watch does and reads every signal through
               libdbus (each value read once, nothing kept), its CPU per advertisement signal:
-              what any libdbus client pays, beside half of bleak's, the issue's target.
+              what any libdbus client pays, beside half of bleak's.
   c. churn    devices whose random address changes every 10 s (the simulator's
               addressRotationMs; BlueZ drops an address 5 s after it was last heard): 500 at a
               time, 10 000 distinct addresses over the run, to the same client; gattway's RSS
@@ -28,8 +41,13 @@ gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`;
   d. read     sequential reads of one characteristic: through the proxy (aioesphomeapi
               bluetooth_gatt_read, connected) and through REST (GET .../value on one keep-alive
               connection), alternating blocks; p50 and p99 of each and the ratio of the p50s.
+              Phases c and d run gattway on the D-Bus path.
 
-Usage: bench/run esphome [--quick] [--phases stream,bleak,churn,read] [--window S]
+For each path one line that a script can read:
+  esphome: path=kernel delivered=0.9990 latency_p50_ms=4.10 cpu_us_per_adv=6.1 bleak_cpu_us_per_adv=15.2 ratio=0.40
+  esphome: path=kernel unavailable: <why>
+
+Usage: bench/run esphome [--quick] [--phases stream,churn,read] [--paths dbus,kernel] [--window S]
 Logs go to .build/bench/esphome-*; the figures also to .build/bench/esphome-results.txt.
 """
 import argparse
@@ -39,6 +57,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -66,71 +85,110 @@ def address_int(text):
     return int(text.replace(":", ""), 16)
 
 
-class Rig:
-    """A simulator with `config`, gattway on its bus serving the API; `port` (REST), `api` (ESPHome)."""
+class Unavailable(Exception):
+    """A path of advertisements that this run cannot measure, and why."""
 
-    def __init__(self, stack, name, config, gattway=True):
-        self.bus, self.sim_pid = start_sim(stack, config, f"esphome-{name}")
+
+class Rig:
+    """A simulator with `config` (and its other `sim_options`), gattway on its bus serving the API
+    (started with `path`'s options); `port` (REST), `api` (ESPHome)."""
+
+    def __init__(self, stack, name, config, path="dbus", sim_options=()):
+        self.bus, self.sim_pid = start_sim(stack, config, f"esphome-{name}", sim_options)
         self.stack, self.name = stack, name
         self.proc = None
-        if gattway:
-            self.start_gattway()
+        if path:
+            self.start_gattway(path_options(path))
 
-    def start_gattway(self):
+    def start_gattway(self, options, label=None):
         self.port, self.api = free_port(), free_port()
-        logf = self.stack.enter_context(open(os.path.join(OUT, f"esphome-{self.name}.log"), "w"))
+        self.log = os.path.join(OUT, f"esphome-{label or self.name}.log")
+        logf = self.stack.enter_context(open(self.log, "w"))
         self.proc = bench.subprocess.Popen(
             # The bench's clients all come from loopback: REST's per-client rate limit is lifted.
             [GATTWAY, "--listen", f"{HOST}:{self.port}", "--state-dir", "none", "--esphome-api", f"{HOST}:{self.api}",
-             "--watch", "--rate-limit", "0"], env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.bus), stdout=logf, stderr=logf,
-            stdin=bench.subprocess.DEVNULL)
+             "--watch", "--rate-limit", "0", *options], env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.bus),
+            stdout=logf, stderr=logf, stdin=bench.subprocess.DEVNULL)
         self.stack.callback(stop_process, self.proc)
-        wait_until(lambda: bench.http_call(self.port, "GET", "/v1/state", timeout=2)[1].get("state") == "poweredOn", 30,
-                   "gattway to be poweredOn")
+        wait_until(self.powered, 30, "gattway to be poweredOn")
+
+    def powered(self):
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"gattway exited with {self.proc.returncode}: {self.log_tail()}")
+        return bench.http_call(self.port, "GET", "/v1/state", timeout=2)[1].get("state") == "poweredOn"
+
+    def log_tail(self, lines=3, having=()):
+        """gattway's last `lines` log lines (those with a word of `having`), joined."""
+        with open(self.log) as f:
+            kept = [line.strip() for line in f if not having or any(w in line for w in having)]
+        return " / ".join(kept[-lines:]) or "nothing on it"
+
+    def advertisements(self):
+        """What GET /v1/adapters says of the selected adapters' advertisements ("kernel", "dbus";
+        None from a build before issue 36)."""
+        status, body = bench.http_call(self.port, "GET", "/v1/adapters", timeout=5)
+        return [a.get("advertisements") for a in body.get("adapters", []) if a.get("selected")] if status == 200 else []
 
     def stop_gattway(self):
         stop_process(self.proc)
         self.proc = None
 
 
+def path_options(path, socket=None):
+    """gattway's options for advertisements by `path`: "dbus" (BlueZ's signals), "kernel" (the
+    simulator's management-socket stream at `socket`)."""
+    if path == "kernel":
+        return ["--management-socket", socket]
+    # Pinned where the build has the option: run as root, "auto" would open the machine's own
+    # kernel socket, whose adapters are not the simulator's.
+    return ["--advertisements", "dbus"] if "--advertisements" in bench.help_text(GATTWAY) else []
+
+
+def kernel_path_missing():
+    """Why these builds cannot take the kernel path, or None."""
+    for binary in (bench.SIM, GATTWAY):
+        if "--management-socket" not in bench.help_text(binary):
+            return f"{os.path.basename(binary)} --help lists no --management-socket (a build before issue 36)"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Phases
 
-def phase_stream(window, devices=500, interval_ms=250):
+def phase_stream(window, paths, devices=500, interval_ms=250):
     with contextlib.ExitStack() as st:
         config = stream_config(devices, interval_ms)
         samples = [d["address"] for d in config["devices"][:devices:devices // SAMPLES]][:SAMPLES]
-        rig = Rig(st, "stream", config)
+        missing = {"kernel": kernel_path_missing()} if "kernel" in paths else {}
+        kernel = "kernel" in paths and not missing["kernel"]
+        # In a directory of its own: a Unix socket's path has at most 107 bytes.
+        socket = os.path.join(st.enter_context(tempfile.TemporaryDirectory(prefix="gattway-bench-")), "mgmt")
+        try:
+            rig = Rig(st, "stream", config, path=None, sim_options=("--management-socket", socket) if kernel else ())
+        except RuntimeError as e:
+            if not kernel:
+                raise
+            missing["kernel"] = f"with --management-socket, {e}"
+            rig = Rig(st, "stream-plain", config, path=None)
         observer = Helper(st, "esphome-observer", "_observer", rig.bus, "--samples", ",".join(samples), script=__file__)
         observer.get(30)
-        client = Helper(st, "esphome-client", "_client", "--port", str(rig.api), "--samples", ",".join(samples),
-                        script=__file__)
-        client.get(30)
-        time.sleep(5)  # every device heard, the batching settled
-        cpu0 = cpu_seconds(rig.proc.pid)
-        observer.ask(cmd="start")
-        client.ask(cmd="start")
-        time.sleep(window)
-        seen = observer.ask(cmd="stop", timeout=60)
-        cpu1 = cpu_seconds(rig.proc.pid)
-        time.sleep(0.5)  # the last batches of the window
-        got = client.ask(cmd="stop", timeout=60)
-        emitted = {tuple(p) for p in seen["pairs"]}
-        received = {tuple(p) for p in got["pairs"]}
-        delivered = len(emitted & received) / max(1, len(emitted))
-        latencies = [(got["times"][k] - t) * 1000 for k, t in seen["times"].items() if k in got["times"]]
-        forwarded = got["count_in_window"]
-        r = {"emitted": len(emitted), "emitted_per_s": len(emitted) / window, "delivered": delivered,
-             "received": len(received), "cpu_s": cpu1 - cpu0, "cpu_per_adv_us": (cpu1 - cpu0) / max(1, forwarded) * 1e6,
-             "latency_p50_ms": pct(latencies, 50), "latency_p99_ms": pct(latencies, 99), "latency_n": len(latencies),
-             "rss_mb": rss_mb(rig.proc.pid), "drops_logged": sum("dropped" in line for line in open(
-                 os.path.join(OUT, "esphome-stream.log"))), "sim_cpu_s": None}
-        log(f"  stream: {r['emitted_per_s']:.0f}/s signalled, delivered {delivered:.4f}, latency p50 "
-            f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms (n={len(latencies)}), gattway "
-            f"{r['cpu_per_adv_us']:.1f} µs CPU per advertisement")
+        r = {"paths": {}}
+        for path in paths:
+            if missing.get(path):
+                r["paths"][path] = {"unavailable": missing[path]}
+                log(f"  path={path} unavailable: {missing[path]}")
+                continue
+            try:
+                r["paths"][path] = stream_window(st, rig, observer, samples, window, path, socket)
+            except (Unavailable, RuntimeError) as e:
+                if path != "kernel":
+                    raise
+                r["paths"][path] = {"unavailable": str(e)}
+                log(f"  path={path} unavailable: {e}")
+            finally:
+                if rig.proc:
+                    rig.stop_gattway()
         # b, on the same simulator: bleak alone.
-        rig.stop_gattway()
-        client.ask(cmd="quit")
         time.sleep(1)
         scanner = Helper(st, "esphome-bleak", "_bleak", rig.bus, script=__file__, env={"DBUS_SYSTEM_BUS_ADDRESS": rig.bus})
         pid = scanner.get(60)["pid"]
@@ -142,14 +200,62 @@ def phase_stream(window, devices=500, interval_ms=250):
         c1 = cpu_seconds(pid)
         r["bleak_callbacks"] = counted
         r["bleak_cpu_per_adv_us"] = (c1 - c0) / max(1, counted) * 1e6
-        r["cpu_ratio"] = r["cpu_per_adv_us"] / r["bleak_cpu_per_adv_us"]
-        log(f"  bleak: {counted / window:.0f} callbacks/s, {r['bleak_cpu_per_adv_us']:.1f} µs CPU per callback; "
-            f"gattway / bleak = {r['cpu_ratio']:.2f}")
+        for path, figures in r["paths"].items():
+            if "unavailable" not in figures:
+                figures["cpu_ratio"] = figures["cpu_per_adv_us"] / r["bleak_cpu_per_adv_us"]
+        log(f"  bleak: {counted / window:.0f} callbacks/s, {r['bleak_cpu_per_adv_us']:.1f} µs CPU per callback; gattway / bleak: "
+            + ", ".join(f"{p} {f['cpu_ratio']:.2f}" for p, f in r["paths"].items() if "cpu_ratio" in f))
         scanner.p.stdin.close()
         stop_process(scanner.p, 3)
         r["floor_cpu_per_adv_us"], signals = libdbus_floor(rig.bus, window)
         log(f"  libdbus floor: {signals / window:.0f} signals/s, {r['floor_cpu_per_adv_us']:.1f} µs CPU per advertisement")
         return r
+
+
+def stream_window(st, rig, observer, samples, window, path, socket):
+    """gattway on `path` for `window` seconds of the stream, to one API client: its figures."""
+    label = f"stream-{path}"
+    rig.start_gattway(path_options(path, socket), label)
+
+    def on_path():
+        said = rig.advertisements()
+        # A build before issue 36 says nothing: it has the D-Bus path only.
+        return said and all(a == path or (a is None and path == "dbus") for a in said)
+    try:
+        wait_until(on_path, 15, f'GET /v1/adapters to say "advertisements": "{path}"')
+    except RuntimeError:
+        said = rig.advertisements()
+        raise Unavailable(f'GET /v1/adapters says "advertisements": {said} (gattway\'s log: '
+                          f'{rig.log_tail(having=("advertisements", "management"))})') from None
+    client = Helper(st, f"esphome-client-{path}", "_client", "--port", str(rig.api), "--samples", ",".join(samples),
+                    script=__file__)
+    client.get(30)
+    time.sleep(5)  # every device heard, the batching settled
+    cpu0 = cpu_seconds(rig.proc.pid)
+    observer.ask(cmd="start")
+    client.ask(cmd="start")
+    time.sleep(window)
+    seen = observer.ask(cmd="stop", timeout=60)
+    cpu1 = cpu_seconds(rig.proc.pid)
+    time.sleep(0.5)  # the last batches of the window
+    got = client.ask(cmd="stop", timeout=60)
+    rss = rss_mb(rig.proc.pid)
+    client.ask(cmd="quit")
+    emitted = {tuple(p) for p in seen["pairs"]}
+    received = {tuple(p) for p in got["pairs"]}
+    delivered = len(emitted & received) / max(1, len(emitted))
+    latencies = [(got["times"][k] - t) * 1000 for k, t in seen["times"].items() if k in got["times"]]
+    forwarded = got["count_in_window"]
+    with open(rig.log) as f:
+        drops = sum("dropped" in line for line in f)
+    r = {"emitted": len(emitted), "emitted_per_s": len(emitted) / window, "delivered": delivered,
+         "received": len(received), "cpu_s": cpu1 - cpu0, "cpu_per_adv_us": (cpu1 - cpu0) / max(1, forwarded) * 1e6,
+         "latency_p50_ms": pct(latencies, 50), "latency_p99_ms": pct(latencies, 99), "latency_n": len(latencies),
+         "rss_mb": rss, "drops_logged": drops}
+    log(f"  path={path}: {r['emitted_per_s']:.0f}/s signalled, delivered {delivered:.4f}, latency p50 "
+        f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms (n={len(latencies)}), gattway "
+        f"{r['cpu_per_adv_us']:.1f} µs CPU per advertisement")
+    return r
 
 
 def libdbus_floor(bus, window):
@@ -383,6 +489,7 @@ def main():
     ap = argparse.ArgumentParser(description="the ESPHome-API proxy's figures; see the docstring of bench/esphome.py")
     ap.add_argument("--quick", action="store_true", help="short phases: a smoke run")
     ap.add_argument("--phases", default="stream,churn,read")
+    ap.add_argument("--paths", default="dbus,kernel", help="the stream phase's paths of advertisements into gattway")
     ap.add_argument("--window", type=float, help="seconds measured in the stream phases (default 30, 8 with --quick)")
     ap.add_argument("--addresses", type=int, help="distinct addresses in the churn phase (default 10 000)")
     a = ap.parse_args()
@@ -391,8 +498,11 @@ def main():
     phases = a.phases.split(",")
     res = {}
     if "stream" in phases:
-        log("esphome: a+b. 2 000 advertisements a second: to one API client, then to bleak's BleakScanner")
-        res["stream"] = phase_stream(window)
+        paths = [p for p in a.paths.split(",") if p]
+        if not paths or set(paths) - {"dbus", "kernel"}:
+            ap.error("--paths takes dbus, kernel or both")
+        log(f"esphome: a+b. 2 000 advertisements a second: to one API client ({', '.join(paths)}), then to bleak's BleakScanner")
+        res["stream"] = phase_stream(window, paths)
     if "churn" in phases:
         addresses = a.addresses or (2000 if a.quick else 10_000)
         log(f"esphome: c. {addresses} distinct random addresses over time")
@@ -406,19 +516,27 @@ def main():
 
 
 def report(res):
-    lines = ["", "| figure | measured |", "|---|---|"]
+    lines = []
     s, c, r = res.get("stream"), res.get("churn"), res.get("read")
     if s:
-        lines += [
-            f"| advertisements signalled by the simulator | {s['emitted_per_s']:.0f} per s |",
-            f"| delivered to one API client | {s['delivered']:.4f} |",
-            f"| latency, simulator's signal → client's callback, p50 / p99 | {s['latency_p50_ms']:.2f} / {s['latency_p99_ms']:.2f} ms |",
-            f"| gattway CPU per forwarded advertisement | {s['cpu_per_adv_us']:.1f} µs |",
-            f"| bleak's BleakScanner CPU per callback | {s['bleak_cpu_per_adv_us']:.1f} µs |",
-            f"| CPU ratio gattway / bleak | {s['cpu_ratio']:.2f} |",
-            f"| libdbus floor (bench/dbus_floor.c), CPU per advertisement | {s['floor_cpu_per_adv_us']:.1f} µs |",
-            f"| gattway RSS while streaming | {s['rss_mb']:.2f} MB |",
-        ]
+        paths = s["paths"]
+        measured = {p: f for p, f in paths.items() if "unavailable" not in f}
+
+        def row(figure, cell):
+            # An unavailable path's reason is on its line below the tables.
+            return f"| {figure} | " + " | ".join(cell(f) if p in measured else "unavailable" for p, f in paths.items()) + " |"
+        lines += ["", "| figure | " + " | ".join(f"path={p}" for p in paths) + " |", "|---" * (len(paths) + 1) + "|",
+                  row("advertisements signalled by the simulator", lambda f: f"{f['emitted_per_s']:.0f} per s"),
+                  row("delivered to one API client", lambda f: f"{f['delivered']:.4f}"),
+                  row("latency, simulator's signal → client's callback, p50 / p99",
+                      lambda f: f"{f['latency_p50_ms']:.2f} / {f['latency_p99_ms']:.2f} ms"),
+                  row("gattway CPU per forwarded advertisement", lambda f: f"{f['cpu_per_adv_us']:.1f} µs"),
+                  row("CPU ratio gattway / bleak", lambda f: f"{f['cpu_ratio']:.2f}"),
+                  row("gattway RSS while streaming", lambda f: f"{f['rss_mb']:.2f} MB")]
+    lines += ["", "| figure | measured |", "|---|---|"]
+    if s:
+        lines += [f"| bleak's BleakScanner CPU per callback | {s['bleak_cpu_per_adv_us']:.1f} µs |",
+                  f"| libdbus floor (bench/dbus_floor.c), CPU per advertisement | {s['floor_cpu_per_adv_us']:.1f} µs |"]
     if c and c["points"]:
         rss = [p[1] for p in c["points"]]
         lines.append(f"| RSS at {', '.join(str(p[0]) for p in c['points'])} distinct addresses | "
@@ -427,18 +545,24 @@ def report(res):
     if r:
         lines.append(f"| GATT read p50 / p99: proxy; REST; ratio of p50s | {r['proxy_p50_ms']:.3f} / {r['proxy_p99_ms']:.3f} ms; "
                      f"{r['rest_p50_ms']:.3f} / {r['rest_p99_ms']:.3f} ms; {r['ratio']:.2f} |")
-    summary = ["esphome:"]
+    lines.append("")
+    # One line a path, then one of the rest: for scripts.
+    summary = []
     if s:
-        summary += [f"delivered={s['delivered']:.4f}", f"latency_p50_ms={s['latency_p50_ms']:.2f}",
-                    f"cpu_us_per_adv={s['cpu_per_adv_us']:.1f}", f"bleak_cpu_us_per_adv={s['bleak_cpu_per_adv_us']:.1f}",
-                    f"cpu_ratio={s['cpu_ratio']:.2f}", f"floor_us_per_adv={s['floor_cpu_per_adv_us']:.1f}"]
+        for p, f in s["paths"].items():
+            lines.append(f"esphome: path={p} unavailable: {f['unavailable']}" if "unavailable" in f else
+                         f"esphome: path={p} delivered={f['delivered']:.4f} latency_p50_ms={f['latency_p50_ms']:.2f} "
+                         f"cpu_us_per_adv={f['cpu_per_adv_us']:.1f} bleak_cpu_us_per_adv={s['bleak_cpu_per_adv_us']:.1f} "
+                         f"ratio={f['cpu_ratio']:.2f}")
+        summary.append(f"floor_us_per_adv={s['floor_cpu_per_adv_us']:.1f}")
     if c and c["points"]:
         rss = [p[1] for p in c["points"]]
         summary += [f"churn_addresses={c['points'][-1][0]}", f"rss_first_mb={rss[0]:.2f}", f"rss_last_mb={rss[-1]:.2f}",
                     f"rss_max_mb={max(rss):.2f}"]
     if r:
         summary += [f"read_ratio={r['ratio']:.2f}"]
-    lines += ["", " ".join(summary)]
+    if summary:
+        lines.append(" ".join(["esphome:", *summary]))
     for line in lines:
         log(line)
     return lines

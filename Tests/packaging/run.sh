@@ -9,7 +9,8 @@
 #      scan kept in /var/lib/gattway/state.json); then gattway.conf and tokens edited, the upgrade
 #      to -2 keeps both and the state file; remove keeps them; purge takes them;
 #   3. systemd in a container (as PID 1; dockerlab's images have none): the unit passes
-#      `systemd-analyze verify` and `security --offline=true` at an exposure of at most 2.0; the
+#      `systemd-analyze verify` and `security --offline=true` at an exposure of at most 2.0, also
+#      with the optional drop-in kernel-advertisements.conf, which gives gattway CAP_NET_ADMIN; the
 #      package starts gattway.service at install (hardened, as gattway; active only after
 #      READY=1), the watchdog's pings move WatchdogTimestamp; gattway-sim from the host serves
 #      org.bluez on the container's system bus, where only the package's D-Bus policy lets
@@ -62,7 +63,8 @@ dpkg-deb -f ".build/packages/$deb1" Depends Recommends
 expect "avahi-daemon" "$(dpkg-deb -f ".build/packages/$deb1" Recommends)"
 files=$(dpkg-deb -c ".build/packages/$deb1")
 for path in ./usr/bin/gattway ./lib/systemd/system/gattway.service ./usr/share/dbus-1/system.d/gattway.conf \
-            ./etc/gattway/gattway.conf ./usr/share/doc/gattway/copyright ./usr/share/man/man1/gattway.1.gz; do
+            ./etc/gattway/gattway.conf ./usr/share/doc/gattway/copyright ./usr/share/man/man1/gattway.1.gz \
+            ./usr/share/gattway/kernel-advertisements.conf; do
     expect "$path" "$files"
 done
 
@@ -146,7 +148,8 @@ printf '%s\n' 'FROM debian:bookworm-slim' \
 mkdir -p "$work/dbus"
 port=$(free_port 18631)
 # systemd as PID 1 wants cgroups and mounts of its own (the hardening's namespaces too).
-ctr=$(docker run -d --network host --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+# NET_ADMIN: in the bounding set of systemd, so that kernel-advertisements.conf can give it to gattway.
+ctr=$(docker run -d --network host --cap-add SYS_ADMIN --cap-add NET_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock -v "$work/dbus:/run/dbus" \
     -v "$repo/.build/packages:/debs:ro" -e container=docker "$systemd_image" /lib/systemd/systemd)
 wait_for 30 in_ctr 'systemctl is-system-running 2>/dev/null | grep -qE "running|degraded"' || fail "systemd did not come up"
@@ -179,6 +182,25 @@ exposure=$(sed -n 's/.*Overall exposure level for gattway.service: \([0-9.]*\) .
 grep -E '^✗' <<< "$security" || true
 echo "exposure $exposure ($(grep -o 'Overall exposure level.*' <<< "$security" | cut -d' ' -f7-))"
 awk -v e="$exposure" -v limit="$exposure_limit" 'BEGIN { exit !(e != "" && e <= limit) }' || fail "exposure $exposure above $exposure_limit"
+# The optional drop-in (the kernel's advertisements): within the limit too, and its capability
+# reaches gattway (the user gattway, NoNewPrivileges=yes), and only while it is in place.
+dropin=/etc/systemd/system/gattway.service.d/kernel-advertisements.conf
+in_ctr "cp /usr/share/gattway/kernel-advertisements.conf $dropin && systemctl daemon-reload"
+in_ctr 'systemd-analyze verify --man=no /lib/systemd/system/gattway.service' > "$work/verify.log" 2>&1 \
+    || fail "systemd-analyze verify with $dropin: $(cat "$work/verify.log")"
+security=$(in_ctr 'systemd-analyze security --offline=true --no-pager /lib/systemd/system/gattway.service')
+grep -q '^✗ CapabilityBoundingSet=~CAP_NET_ADMIN' <<< "$security" || fail "systemd-analyze security did not read $dropin"
+exposure_kernel=$(sed -n 's/.*Overall exposure level for gattway.service: \([0-9.]*\) .*/\1/p' <<< "$security")
+awk -v e="$exposure_kernel" -v limit="$exposure_limit" 'BEGIN { exit !(e != "" && e <= limit) }' \
+    || fail "exposure with kernel-advertisements.conf $exposure_kernel above $exposure_limit"
+# CapEff in /proc/PID/status: CAP_NET_ADMIN is bit 12.
+cap_eff() { in_ctr 'awk "/^CapEff:/ { print \$2 }" /proc/$(systemctl show -p MainPID --value gattway)/status'; }
+in_ctr 'systemctl restart gattway'
+[ "$(cap_eff)" = 0000000000001000 ] || fail "with $dropin gattway's CapEff is $(cap_eff), not CAP_NET_ADMIN alone"
+# reset-failed: these two restarts do not count toward StartLimitBurst for the steps below.
+in_ctr "rm $dropin && systemctl daemon-reload && systemctl restart gattway && systemctl reset-failed gattway"
+[ "$(cap_eff)" = 0000000000000000 ] || fail "without $dropin gattway's CapEff is $(cap_eff)"
+echo "with kernel-advertisements.conf: exposure $exposure_kernel, gattway's CapEff CAP_NET_ADMIN; without: none"
 
 step "BlueZ on the container's system bus, through the package's D-Bus policy only"
 # gattway-sim (root, from the host) plays bluetoothd, which may own org.bluez; the policy that lets
