@@ -45,13 +45,25 @@ public struct AdvertisingData: Sendable, Equatable {
     /// Data made of these structures (each at most 254 data bytes).
     public init(_ structures: [(type: UInt8, data: [UInt8])]) {
         var bytes: [UInt8] = []
-        for (type, data) in structures {
-            precondition(data.count <= 254, "an AD structure carries at most 254 data bytes")
-            bytes.append(UInt8(1 + data.count))
-            bytes.append(type)
-            bytes += data
-        }
+        for (type, data) in structures { Self.appendStructure(type: type, to: &bytes) { $0 += data } }
         self.init(parsing: bytes)!
+    }
+
+    /// Appends one AD structure to `bytes`: its length, `type`, then the data `write` appends (at
+    /// most 254 bytes). For encoders that write straight into a buffer they keep.
+    public static func appendStructure(type: UInt8, to bytes: inout [UInt8], data write: (inout [UInt8]) -> Void) {
+        let start = bytes.count
+        bytes.append(0)
+        bytes.append(type)
+        write(&bytes)
+        let length = bytes.count - start - 1
+        precondition(length <= 255, "an AD structure carries at most 254 data bytes")
+        bytes[start] = UInt8(length)
+    }
+
+    /// An event's AD (or EIR) part: split, or `.empty` and dropped when it does not split.
+    static func part(_ data: UnsafeRawBufferPointer) -> (data: AdvertisingData, dropped: Bool) {
+        AdvertisingData(parsing: data).map { ($0, false) } ?? (.empty, true)
     }
 }
 

@@ -29,6 +29,8 @@ public struct EventCode: RawRepresentable, Hashable, Sendable, CustomStringConve
 
     public static let commandComplete = EventCode(rawValue: 0x0001)
     public static let commandStatus = EventCode(rawValue: 0x0002)
+    public static let deviceConnected = EventCode(rawValue: 0x000B)
+    public static let deviceDisconnected = EventCode(rawValue: 0x000C)
     public static let deviceFound = EventCode(rawValue: 0x0012)
     public static let advertisementMonitorDeviceFound = EventCode(rawValue: 0x002F)
 
@@ -36,6 +38,8 @@ public struct EventCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         switch self {
         case .commandComplete: "Command Complete"
         case .commandStatus: "Command Status"
+        case .deviceConnected: "Device Connected"
+        case .deviceDisconnected: "Device Disconnected"
         case .deviceFound: "Device Found"
         case .advertisementMonitorDeviceFound: "Advertisement Monitor Device Found"
         default: "event 0x" + Hex.string(UInt64(rawValue), byteCount: 2)

@@ -43,46 +43,48 @@ public struct DeviceFound: Sendable, Equatable {
             guard let handle = reader.u16() else { throw .malformed(event, "\(total) bytes, no room for a monitor handle") }
             monitor = handle
         }
-        guard let wire = reader.take(6), let type = reader.u8(), let rssi = reader.u8(), let flags = reader.u32(),
+        guard let (address, type) = reader.address(), let rssi = reader.u8(), let flags = reader.u32(),
               let length = reader.u16() else {
             throw .malformed(event, "\(total) bytes, fewer than the fixed fields")
         }
-        guard Int(length) == reader.remaining else {
-            throw .malformed(event, "the data length says \(length) bytes, \(reader.remaining) follow")
-        }
+        let data = try reader.counted(length, event)
         guard let addressType = AddressType(rawValue: type), monitor == nil || addressType != .bredr else {
             throw .malformed(event, "address type \(type)")
         }
-        let data = reader.rest()
         self.controller = controller
-        address = BluetoothAddress(bytes: wire.reversed())!
+        self.address = address
         self.addressType = addressType
         self.rssi = Int8(bitPattern: rssi) == Self.noRSSI ? nil : Int(Int8(bitPattern: rssi))
         self.flags = DeviceFoundFlags(rawValue: flags)
         self.monitor = monitor
-        if let parsed = AdvertisingData(parsing: data) {
-            advertisingData = parsed
-            advertisingDataDropped = false
-        } else {
-            advertisingData = .empty
-            advertisingDataDropped = true
-        }
+        (advertisingData, advertisingDataDropped) = AdvertisingData.part(data)
     }
 
     /// The event as the kernel sends it (a monitor's when `monitor` is set): for the simulator's
     /// stream and for tests.
     public var frame: [UInt8] {
-        var parameters: [UInt8] = []
-        parameters.reserveCapacity(16 + advertisingData.bytes.count)
-        if let monitor { parameters.appendLittleEndian(monitor) }
-        parameters += address.bytes.reversed()
-        parameters.append(addressType.rawValue)
-        parameters.append(UInt8(bitPattern: rssi.map { Int8(clamping: min($0, 126)) } ?? Self.noRSSI))
-        parameters.appendLittleEndian(flags.rawValue)
-        parameters.appendLittleEndian(UInt16(advertisingData.bytes.count))
-        parameters += advertisingData.bytes
+        var frame: [UInt8] = []
+        frame.reserveCapacity(Frame.headerSize + 16 + advertisingData.bytes.count)
+        Self.append(to: &frame, controller: controller, address: address, addressType: addressType, rssi: rssi, flags: flags,
+                    monitor: monitor) { $0 += advertisingData.bytes }
+        return frame
+    }
+
+    /// Appends the event's frame to `buffer` with the AD structures `advertisingData` appends
+    /// (`AdvertisingData.appendStructure`), without building a `DeviceFound` first: the
+    /// simulator's stream encodes every advertisement this way into a buffer it keeps. An RSSI
+    /// above 126 dBm is sent as 126 (127 means none).
+    public static func append(to buffer: inout [UInt8], controller: ControllerIndex, address: BluetoothAddress,
+                              addressType: AddressType, rssi: Int?, flags: DeviceFoundFlags, monitor: UInt16? = nil,
+                              advertisingData: (inout [UInt8]) -> Void) {
         let code: EventCode = monitor == nil ? .deviceFound : .advertisementMonitorDeviceFound
-        return Frame.encode(code: code.rawValue, controller: controller, parameters: parameters)
+        Frame.append(code: code.rawValue, controller: controller, to: &buffer) { parameters in
+            if let monitor { parameters.appendLittleEndian(monitor) }
+            parameters.append(address, addressType)
+            parameters.append(UInt8(bitPattern: rssi.map { Int8(clamping: min($0, 126)) } ?? noRSSI))
+            parameters.appendLittleEndian(flags.rawValue)
+            parameters.appendCounted(advertisingData)
+        }
     }
 }
 

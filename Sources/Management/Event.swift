@@ -6,6 +6,10 @@ public enum Event: Sendable, Equatable {
     case commandStatus(Opcode, Status, controller: ControllerIndex)
     /// An advertisement or scan response heard (Device Found, or an advertisement monitor's).
     case deviceFound(DeviceFound)
+    /// A link to a device came up.
+    case deviceConnected(DeviceConnected)
+    /// A link to a device went down.
+    case deviceDisconnected(DeviceDisconnected)
     /// A well-formed frame of a kind this module does not read.
     case other(EventCode, controller: ControllerIndex)
 
@@ -34,6 +38,10 @@ public enum Event: Sendable, Equatable {
             }
         case .deviceFound, .advertisementMonitorDeviceFound:
             self = .deviceFound(try DeviceFound(event, controller: controller, parameters: &reader))
+        case .deviceConnected:
+            self = .deviceConnected(try DeviceConnected(controller: controller, parameters: &reader))
+        case .deviceDisconnected:
+            self = .deviceDisconnected(try DeviceDisconnected(controller: controller, parameters: &reader))
         default:
             self = .other(event, controller: controller)
         }

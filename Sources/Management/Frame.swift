@@ -1,3 +1,5 @@
+import BLE
+
 /// The management protocol's framing: every command and event is one datagram, a little-endian
 /// header (code u16, controller index u16, parameter length u16) then the parameters
 /// (mgmt-api.txt, "Packet Structures").
@@ -8,14 +10,23 @@ public enum Frame {
 
     /// A frame with `code`, for `controller`, carrying `parameters` (at most 65 535 bytes).
     public static func encode(code: UInt16, controller: ControllerIndex, parameters: [UInt8]) -> [UInt8] {
-        precondition(parameters.count <= Int(UInt16.max), "a management frame carries at most 65535 parameter bytes")
         var frame: [UInt8] = []
         frame.reserveCapacity(headerSize + parameters.count)
-        frame.appendLittleEndian(code)
-        frame.appendLittleEndian(controller.rawValue)
-        frame.appendLittleEndian(UInt16(parameters.count))
-        frame += parameters
+        append(code: code, controller: controller, to: &frame) { $0 += parameters }
         return frame
+    }
+
+    /// Appends a frame to `buffer`: the header, then the parameters `write` appends (at most
+    /// 65 535 bytes), whose count the header gets once they are in. A caller that keeps its buffer
+    /// (`removeAll(keepingCapacity: true)`) encodes frame after frame without allocating.
+    public static func append(code: UInt16, controller: ControllerIndex, to buffer: inout [UInt8],
+                              parameters write: (inout [UInt8]) -> Void) {
+        let start = buffer.count
+        buffer.appendLittleEndian(code)
+        buffer.appendLittleEndian(controller.rawValue)
+        buffer.appendLittleEndian(UInt16(0))
+        write(&buffer)
+        buffer.setLittleEndian(UInt16(checkedLength: buffer.count - start - headerSize), at: start + 4)
     }
 
     /// A command frame (commands take no parameters here: the ones this module sends have none).
@@ -79,6 +90,18 @@ struct ByteReader {
     mutating func rest() -> UnsafeRawBufferPointer {
         take(remaining)!
     }
+
+    /// The rest of the frame, which the u16 `length` read before it must count exactly.
+    mutating func counted(_ length: UInt16, _ event: EventCode) throws(FrameError) -> UnsafeRawBufferPointer {
+        guard Int(length) == remaining else { throw .malformed(event, "the data length says \(length) bytes, \(remaining) follow") }
+        return rest()
+    }
+
+    /// An address (least significant byte first) and its type's byte; nil when the bytes run out.
+    mutating func address() -> (BluetoothAddress, type: UInt8)? {
+        guard let wire = take(6), let type = u8() else { return nil }
+        return (BluetoothAddress(bytes: wire.reversed())!, type)
+    }
 }
 
 extension Array where Element == UInt8 {
@@ -90,5 +113,32 @@ extension Array where Element == UInt8 {
     mutating func appendLittleEndian(_ value: UInt32) {
         appendLittleEndian(UInt16(truncatingIfNeeded: value))
         appendLittleEndian(UInt16(truncatingIfNeeded: value >> 16))
+    }
+
+    mutating func setLittleEndian(_ value: UInt16, at index: Int) {
+        self[index] = UInt8(truncatingIfNeeded: value)
+        self[index + 1] = UInt8(truncatingIfNeeded: value >> 8)
+    }
+
+    /// An address as frames carry it: least significant byte first, then its type.
+    mutating func append(_ address: BluetoothAddress, _ type: AddressType) {
+        self += address.bytes.reversed()
+        append(type.rawValue)
+    }
+
+    /// A u16 length, then what `write` appends (the data of an event's AD or EIR part), counted.
+    mutating func appendCounted(_ write: (inout [UInt8]) -> Void) {
+        let start = count
+        appendLittleEndian(UInt16(0))
+        write(&self)
+        setLittleEndian(UInt16(checkedLength: count - start - 2), at: start)
+    }
+}
+
+extension UInt16 {
+    /// A frame's length field; a longer part is a bug of the encoder's caller.
+    init(checkedLength length: Int) {
+        precondition(length <= Int(UInt16.max), "a management frame's part is at most 65535 bytes, not \(length)")
+        self.init(length)
     }
 }

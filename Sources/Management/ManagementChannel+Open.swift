@@ -31,7 +31,7 @@ extension ManagementChannel {
     public static func open(controllers: Set<ControllerIndex>, timeout: Duration = .seconds(2),
                             log: @escaping @Sendable (String) -> Void = { _ in },
                             ended: @escaping @Sendable (String) -> Void = { _ in },
-                            handler: @escaping @Sendable (DeviceFound) -> Void) -> Opening {
+                            handler: @escaping @Sendable (ManagementEvent) -> Void) -> Opening {
         let fd = socket(AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue),
                         GW_BTPROTO_HCI)
         guard fd >= 0 else { return refusal("socket(AF_BLUETOOTH, BTPROTO_HCI)", errno).opening }

@@ -4,10 +4,10 @@ import Glibc
 import Synchronization
 import Threading
 
-/// The kernel's Bluetooth management socket, read on a thread of its own: every device-found
-/// event (an advertisement or scan response as the controller reported it) for the controllers
-/// in use goes, parsed, to the handler. Frames that do not fit the format are dropped and
-/// counted, never handed on.
+/// The kernel's Bluetooth management socket, read on a thread of its own: every device event of
+/// an LE device for the controllers in use goes, parsed, to the handler (`ManagementEvent`: an
+/// advertisement with its scan response as the controller reported it, a link up, a link down).
+/// Frames that do not fit the format are dropped and counted, never handed on.
 ///
 /// `open` opens the kernel's socket; `init(reading:)` reads any descriptor that delivers one
 /// frame per read (a socketpair in tests, the simulator's stream).
@@ -16,15 +16,15 @@ public final class ManagementChannel: Sendable {
     public struct Counters: Sendable, Equatable {
         /// Frames read.
         public var frames = 0
-        /// Device-found events handed to the handler.
+        /// Device events handed to the handler.
         public var delivered = 0
         /// Frames dropped: their header or parameters did not fit the format.
         public var badFrames = 0
-        /// Device-found events handed on without their advertising data, which was malformed.
+        /// Device events handed on without their advertising (EIR) data, which was malformed.
         public var droppedAdvertisingData = 0
-        /// Device-found events for other controllers than those in use.
+        /// Device events for other controllers than those in use.
         public var otherControllers = 0
-        /// Device-found events for classic (BR/EDR) devices, not handed on.
+        /// Device events of classic (BR/EDR) devices, not handed on.
         public var classicDevices = 0
         /// Well-formed frames of other kinds (command answers, settings changes, ...).
         public var otherEvents = 0
@@ -46,11 +46,11 @@ public final class ManagementChannel: Sendable {
     ///   - log: a line now and then (the first bad frames, the end of the socket).
     ///   - ended: called on the channel's thread when the socket ends by itself (closed at the
     ///     other end, a read error), not after `close`.
-    ///   - handler: called on the channel's thread for each device found, in the order read: it
+    ///   - handler: called on the channel's thread for each device event, in the order read: it
     ///     must return soon (hand the event to a bounded queue).
     public init(reading fd: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void = { _ in },
                 ended: @escaping @Sendable (String) -> Void = { _ in },
-                handler: @escaping @Sendable (DeviceFound) -> Void) throws(ChannelError) {
+                handler: @escaping @Sendable (ManagementEvent) -> Void) throws(ChannelError) {
         let wake = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
         let flags = fcntl(fd, F_GETFL)
         guard wake >= 0, flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
@@ -110,7 +110,7 @@ extension ManagementChannel {
         let counters = Mutex(Counters())
         let log: @Sendable (String) -> Void
         let ended: @Sendable (String) -> Void
-        let handler: @Sendable (DeviceFound) -> Void
+        let handler: @Sendable (ManagementEvent) -> Void
         private let stopping = Atomic<Bool>(false)
         /// `close` came from the handler: the thread closes the descriptors as it ends.
         private let closeOnExit = Atomic<Bool>(false)
@@ -118,7 +118,7 @@ extension ManagementChannel {
         private let descriptorsClosed = Atomic<Bool>(false)
 
         init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void,
-             ended: @escaping @Sendable (String) -> Void, handler: @escaping @Sendable (DeviceFound) -> Void) {
+             ended: @escaping @Sendable (String) -> Void, handler: @escaping @Sendable (ManagementEvent) -> Void) {
             self.fd = fd
             self.wake = wake
             self.controllers = Mutex(controllers)
@@ -215,19 +215,19 @@ extension ManagementChannel {
                 if isPowerOfTen(bad) { log("management socket: dropped a frame (\(bad) so far): \(error)") }
                 return
             }
-            guard case .deviceFound(let found) = event else {
+            guard let device = ManagementEvent(event) else {
                 return counters.withLock { $0.frames += 1; $0.otherEvents += 1 }
             }
-            let wanted = controllers.withLock { $0.contains(found.controller) }
+            let wanted = controllers.withLock { $0.contains(device.controller) }
             let deliver = counters.withLock { c -> Bool in
                 c.frames += 1
                 guard wanted else { c.otherControllers += 1; return false }
-                guard found.addressType != .bredr else { c.classicDevices += 1; return false }
-                if found.advertisingDataDropped { c.droppedAdvertisingData += 1 }
+                guard device.addressType != .bredr else { c.classicDevices += 1; return false }
+                if device.advertisingDataDropped { c.droppedAdvertisingData += 1 }
                 c.delivered += 1
                 return true
             }
-            if deliver { handler(found) }
+            if deliver { handler(device) }
         }
 
         /// 1, 10, 100, ...: when to log a count that may grow fast.

@@ -1,3 +1,4 @@
+import BLE
 import Dispatch
 import Glibc
 @testable import Management
@@ -6,21 +7,21 @@ import Testing
 
 /// What a channel's handler was given, and a wait for it (a semaphore per event: no sleeps).
 final class Received: Sendable {
-    private let events = Mutex<[DeviceFound]>([])
+    private let events = Mutex<[ManagementEvent]>([])
     private let arrived = DispatchSemaphore(value: 0)
 
-    func add(_ found: DeviceFound) {
-        events.withLock { $0.append(found) }
+    func add(_ event: ManagementEvent) {
+        events.withLock { $0.append(event) }
         arrived.signal()
     }
 
     /// The first `count` events, once they came (within 10 s; fewer if they did not).
-    func wait(for count: Int) -> [DeviceFound] {
+    func wait(for count: Int) -> [ManagementEvent] {
         for _ in 0..<count where arrived.wait(timeout: .now() + 10) == .timedOut { break }
         return all
     }
 
-    var all: [DeviceFound] { events.withLock { $0 } }
+    var all: [ManagementEvent] { events.withLock { $0 } }
 }
 
 /// The channel over a socketpair that keeps frames apart, as the kernel's socket does: the test
@@ -51,9 +52,9 @@ final class Received: Sendable {
         }
         let events = received.wait(for: 3)
         #expect(events.map(\.address.description) == ["C0:FF:EE:00:00:01", "C0:FF:EE:00:00:02", "C0:FF:EE:00:00:09"])
-        #expect(events.first == first)
+        #expect(events.first == .deviceFound(first))
         #expect(events.dropFirst().first?.advertisingDataDropped == true)
-        #expect(events.last == last)
+        #expect(events.last == .deviceFound(last))
         var expected = ManagementChannel.Counters()
         expected.frames = 9
         expected.delivered = 3
@@ -62,6 +63,35 @@ final class Received: Sendable {
         expected.otherControllers = 1
         expected.classicDevices = 1
         expected.otherEvents = 2
+        #expect(channel.counters == expected)
+    }
+
+    /// Links up and down of LE devices are handed on as they came; a classic device's, another
+    /// controller's and malformed ones are not.
+    @Test func connectionEventsReachTheHandler() throws {
+        let (fd, kernel) = framePair()
+        defer { close(kernel) }
+        let received = Received()
+        let channel = try ManagementChannel(reading: fd, controllers: [ControllerIndex(0)]) { received.add($0) }
+        defer { channel.close() }
+        let device = BluetoothAddress("C0:FF:EE:00:00:01")!
+        let connected = DeviceConnected(controller: ControllerIndex(0), address: device, addressType: .leRandom,
+                                        flags: .initiatedConnection, advertisingData: AdvertisingData([(0x01, [0x06])]))
+        let disconnected = DeviceDisconnected(controller: ControllerIndex(0), address: device, addressType: .leRandom, reason: .remoteHost)
+        var otherController = disconnected
+        otherController.controller = ControllerIndex(1)
+        var classic = connected
+        classic.addressType = .bredr
+        for frame in [connected.frame, otherController.frame, classic.frame, Array(disconnected.frame.dropLast()), disconnected.frame] {
+            #expect(write(kernel, frame))
+        }
+        #expect(received.wait(for: 2) == [.deviceConnected(connected), .deviceDisconnected(disconnected)])
+        var expected = ManagementChannel.Counters()
+        expected.frames = 5
+        expected.delivered = 2
+        expected.badFrames = 1
+        expected.otherControllers = 1
+        expected.classicDevices = 1
         #expect(channel.counters == expected)
     }
 

@@ -48,15 +48,15 @@ import Testing
         }
     }
 
-    /// A device-found re-encodes to the frame it came from (when nothing was dropped or padded).
-    @Test(arguments: lines) func aDeviceFoundEncodesBackToItsFrame(_ line: Line) throws {
-        guard case .deviceFound(let found)? = try? Event(parsing: line.frame), !found.advertisingDataDropped else { return }
-        let padded = line.frame.count - found.frame.count
+    /// A device event re-encodes to the frame it came from (when nothing was dropped or padded).
+    @Test(arguments: lines) func aDeviceEventEncodesBackToItsFrame(_ line: Line) throws {
+        guard let parsed = try? Event(parsing: line.frame), let event = ManagementEvent(parsed), !event.advertisingDataDropped else { return }
+        let padded = line.frame.count - event.frame.count
         #expect(padded >= 0)
         if padded == 0 {
-            #expect(found.frame == line.frame)
+            #expect(event.frame == line.frame)
         } else {
-            #expect(try Event(parsing: found.frame) == .deviceFound(found))
+            #expect(try Event(parsing: event.frame) == parsed)
         }
     }
 }

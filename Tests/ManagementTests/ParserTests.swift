@@ -13,6 +13,11 @@ import Testing
         ([0x02, 0x00, 0xFF, 0xFF, 0x02, 0x00, 0x01, 0x00], .malformed(.commandStatus, "2 bytes, fewer than an opcode and a status")),
         ([0x12, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00], .malformed(.deviceFound, "1 bytes, fewer than the fixed fields")),
         ([0x2F, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00], .malformed(.advertisementMonitorDeviceFound, "1 bytes, no room for a monitor handle")),
+        ([0x0B, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00], .malformed(.deviceConnected, "1 bytes, fewer than the fixed fields")),
+        ([0x0B, 0x00, 0x00, 0x00, 0x0E, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+         .malformed(.deviceConnected, "the data length says 0 bytes, 1 follow")),
+        ([0x0C, 0x00, 0x00, 0x00, 0x07, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x01], .malformed(.deviceDisconnected, "7 bytes, not 8")),
+        ([0x0C, 0x00, 0x00, 0x00, 0x08, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x03, 0x02], .malformed(.deviceDisconnected, "address type 3")),
     ] as [([UInt8], FrameError)])
     func aFrameThatDoesNotFitIsDropped(_ frame: [UInt8], _ error: FrameError) {
         #expect(throws: error) { try Event(parsing: frame) }
@@ -89,6 +94,33 @@ import Testing
         #expect(try Event(parsing: found.frame) == .deviceFound(found))
     }
 
+    /// The simulator's links up and down decode to what it meant.
+    @Test func connectionEventsRoundTrip() throws {
+        let address = BluetoothAddress("C0:FF:EE:00:00:01")!
+        let connected = DeviceConnected(controller: ControllerIndex(2), address: address, addressType: .lePublic,
+                                        flags: [.initiatedConnection, DeviceConnectedFlags(rawValue: 1 << 30)],
+                                        advertisingData: AdvertisingData([(0x09, Array("RB-Periph".utf8))]))
+        #expect(try Event(parsing: connected.frame) == .deviceConnected(connected))
+        for reason in [DisconnectReason.unspecified, .timeout, .localHost, .remoteHost, .authenticationFailure, .localHostSuspend,
+                       DisconnectReason(rawValue: 0xFF)] {
+            let disconnected = DeviceDisconnected(controller: ControllerIndex(0), address: address, addressType: .leRandom, reason: reason)
+            #expect(disconnected.frame.count == 14)
+            #expect(try Event(parsing: disconnected.frame) == .deviceDisconnected(disconnected))
+        }
+    }
+
+    /// The encoders that write into a kept buffer make the frames the values make.
+    @Test func framesAppendToAKeptBuffer() {
+        let found = deviceFound(0, "C0:FF:EE:00:00:01", rssi: -70, ad: [(0x01, [0x06]), (0xFF, [0x59, 0x00, 0x07])])
+        var buffer: [UInt8] = [0xAA]
+        DeviceFound.append(to: &buffer, controller: found.controller, address: found.address, addressType: found.addressType,
+                           rssi: found.rssi, flags: found.flags) { ad in
+            AdvertisingData.appendStructure(type: 0x01, to: &ad) { $0.append(0x06) }
+            AdvertisingData.appendStructure(type: 0xFF, to: &ad) { $0 += [0x59, 0x00, 0x07] }
+        }
+        #expect(buffer == [0xAA] + found.frame)
+    }
+
     @Test(arguments: [
         ("hci0", 0 as UInt16?), ("hci1", 1), ("hci65534", 65534), ("hci65535", nil), ("hci", nil), ("hci01", nil),
         ("hci+1", nil), ("eth0", nil), ("HCI0", nil),
@@ -103,6 +135,9 @@ import Testing
         #expect(Opcode.readIndexList.description == "Read Controller Index List")
         #expect(Opcode(rawValue: 0x0023).description == "command 0x0023")
         #expect(EventCode(rawValue: 0x0013).description == "event 0x0013")
+        #expect(EventCode.deviceDisconnected.description == "Device Disconnected")
+        #expect(DisconnectReason.remoteHost.description == "terminated by the remote host (0x03)")
+        #expect(DisconnectReason(rawValue: 0x2A).description == "unknown reason (0x2a)")
     }
 
     @Test func theOpeningAnswersParse() {

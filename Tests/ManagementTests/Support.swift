@@ -26,6 +26,12 @@ func outcome(_ frame: [UInt8]) -> String {
     switch event {
     case .deviceFound(let found):
         return outcome(found)
+    case .deviceConnected(let connected):
+        return "device-connected \(connected.controller) \(connected.address) \(connected.addressType)"
+            + " flags=0x\(hex(connected.flags.rawValue, digits: 8)) ad=\(outcome(connected.advertisingData, dropped: connected.advertisingDataDropped))"
+    case .deviceDisconnected(let disconnected):
+        return "device-disconnected \(disconnected.controller) \(disconnected.address) \(disconnected.addressType)"
+            + " reason=0x\(hex(disconnected.reason.rawValue, digits: 2))"
     case .commandComplete(let opcode, let status, let controller, let parameters):
         return "command-complete 0x\(hex(opcode.rawValue, digits: 4)) \(controller) status=0x\(hex(status.rawValue, digits: 2))"
             + " params=\(hex(parameters))"
@@ -38,10 +44,13 @@ func outcome(_ frame: [UInt8]) -> String {
 
 func outcome(_ found: DeviceFound) -> String {
     let kind = found.monitor.map { "monitor-device-found handle=\($0)" } ?? "device-found"
-    let ad = found.advertisingDataDropped
-        ? "dropped" : found.advertisingData.structures.map { "[\(hex($0.type, digits: 2)):\(hex($0.data))]" }.joined()
     return "\(kind) \(found.controller) \(found.address) \(found.addressType) rssi=\(found.rssi.map(String.init) ?? "none")"
-        + " flags=0x\(hex(found.flags.rawValue, digits: 8)) ad=\(ad)"
+        + " flags=0x\(hex(found.flags.rawValue, digits: 8)) ad=\(outcome(found.advertisingData, dropped: found.advertisingDataDropped))"
+}
+
+/// "[TT:DATA]..." or "dropped".
+func outcome(_ data: AdvertisingData, dropped: Bool) -> String {
+    dropped ? "dropped" : data.structures.map { "[\(hex($0.type, digits: 2)):\(hex($0.data))]" }.joined()
 }
 
 /// A device found on `controller` with these AD structures, as a frame.

@@ -9,11 +9,13 @@ import Management
 // Properties:
 // - parsing is a function of the bytes (the same bytes, the same event), and never traps;
 // - a frame is accepted only when its header's length is what follows the header;
-// - a device found's AD part is consistent with the frame's data length: kept, it is a prefix of
-//   the data whose structures, one after the other, are exactly it, and only a zero length byte
-//   (early termination) may follow it; dropped, the data does not split;
-// - a device found encodes back to a frame that parses to the same event (less its dropped AD
-//   part); its RSSI is a dBm value or none.
+// - a device found's or device connected's AD (EIR) part is consistent with the frame's data
+//   length: kept, it is a prefix of the data whose structures, one after the other, are exactly
+//   it, and only a zero length byte (early termination) may follow it; dropped, the data does
+//   not split;
+// - a device disconnected is exactly 8 parameter bytes;
+// - a device event encodes back to a frame that parses to the same event (less its dropped AD
+//   part); a device found's RSSI is a dBm value or none.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzInput(data, size)
@@ -22,24 +24,41 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let event = try? Event(parsing: bytes) else { return 0 }
     require(event == (try? Event(parsing: bytes)), "the same frame parsed twice differently")
     require(bytes.count >= 6 && Int(bytes[4]) | Int(bytes[5]) << 8 == bytes.count - 6, "accepted a frame whose length is wrong")
-    guard case .deviceFound(let found) = event else { return 0 }
-    let fixed = 6 + (found.monitor == nil ? 0 : 2) + 14
-    require(bytes.count >= fixed, "a device found shorter than its fixed fields")
+    guard let device = ManagementEvent(event) else { return 0 }
+    var sent = device
+    switch device {
+    case .deviceFound(let found):
+        checkDataPart(bytes, fixed: 6 + (found.monitor == nil ? 0 : 2) + 14, found.advertisingData, dropped: found.advertisingDataDropped)
+        if let rssi = found.rssi { require((-128...126).contains(rssi), "RSSI \(rssi)") }
+        var kept = found
+        kept.advertisingDataDropped = false
+        sent = .deviceFound(kept)
+    case .deviceConnected(let connected):
+        checkDataPart(bytes, fixed: 6 + 13, connected.advertisingData, dropped: connected.advertisingDataDropped)
+        var kept = connected
+        kept.advertisingDataDropped = false
+        sent = .deviceConnected(kept)
+    case .deviceDisconnected:
+        require(bytes.count == 6 + 8, "a device disconnected of \(bytes.count - 6) parameter bytes")
+    }
+    // Encoded, an event carries the AD it kept: one that dropped its AD part reads back without it.
+    require((try? Event(parsing: device.frame)).flatMap(ManagementEvent.init) == sent, "a device event does not survive its encoding")
+    return 0
+}
+
+/// An event's AD part after `fixed` bytes (its u16 length the last two of them): the length is
+/// what follows, and the parsed data is that, or dropped because it does not split.
+func checkDataPart(_ bytes: [UInt8], fixed: Int, _ parsed: AdvertisingData, dropped: Bool) {
+    require(bytes.count >= fixed, "a device event shorter than its fixed fields")
     let declared = Int(bytes[fixed - 2]) | Int(bytes[fixed - 1]) << 8
     let advertised = Array(bytes[fixed...])
     require(declared == advertised.count, "the data length says \(declared), \(advertised.count) bytes follow")
-    if found.advertisingDataDropped {
-        require(found.advertisingData == .empty, "dropped advertising data still has bytes")
+    if dropped {
+        require(parsed == .empty, "dropped advertising data still has bytes")
         require(AdvertisingData(parsing: advertised) == nil, "well-formed advertising data was dropped")
     } else {
-        require(found.advertisingData == AdvertisingData(parsing: advertised), "the AD part is not the data's")
+        require(parsed == AdvertisingData(parsing: advertised), "the AD part is not the data's")
     }
-    if let rssi = found.rssi { require((-128...126).contains(rssi), "RSSI \(rssi)") }
-    // Encoded, a device found carries the AD it kept: one that dropped its AD part reads back without it.
-    var sent = found
-    sent.advertisingDataDropped = false
-    require((try? Event(parsing: found.frame)) == .deviceFound(sent), "a device found does not survive its encoding")
-    return 0
 }
 
 /// Advertising data splits into structures that are exactly its kept bytes, or not at all.
