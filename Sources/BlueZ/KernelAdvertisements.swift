@@ -44,7 +44,20 @@ final class KernelAdvertisements: Sendable {
     func start() async {
         let controllers = self.controllers()
         let ended: @Sendable (String) -> Void = { [weak self] reason in self?.ended(reason) }
-        let handler: @Sendable (DeviceFound) -> Void = { [reports] in reports.heard($0) }
+        let handler: @Sendable (ManagementEvent) -> Void = { [reports, link] event in
+            switch event {
+            case .deviceFound(let found):
+                reports.heard(found)
+            case .deviceConnected(let connected):
+                // A link this side did not ask for (a remote central, another client): BlueZ's
+                // signals about it are read from now on.
+                guard let path = link.index.adapterPaths().first(where: { $0.lastElement == "hci\(connected.controller.rawValue)" })?
+                    .child(BlueZ.pathElement(connected.address)) else { return }
+                Task { await link.engage(path) }
+            case .deviceDisconnected:
+                break  // BlueZ's Connected=false of an engaged device tells it.
+            }
+        }
         let opened: ManagementChannel?
         let why: String
         switch source {

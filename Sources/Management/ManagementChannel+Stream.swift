@@ -7,7 +7,7 @@ extension ManagementChannel {
     public static func connect(socketPath path: String, controllers: Set<ControllerIndex>,
                                log: @escaping @Sendable (String) -> Void = { _ in },
                                ended: @escaping @Sendable (String) -> Void = { _ in },
-                               handler: @escaping @Sendable (DeviceFound) -> Void) throws(ChannelError) -> ManagementChannel {
+                               handler: @escaping @Sendable (ManagementEvent) -> Void) throws(ChannelError) -> ManagementChannel {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let room = MemoryLayout.size(ofValue: address.sun_path)

@@ -1,0 +1,157 @@
+"""Issue 36 on the simulator: advertisements from the management events — the kernel's frames,
+which the simulator serves for its adapters (`gattway-sim --management-socket`, and the embedded
+one of `--simulate`) — instead of BlueZ's D-Bus signals. The path in use is said (log, GET
+/v1/adapters); the ESPHome proxy sends each advertisement's bytes as the frame carried them, flags
+and all; BlueZ's per-advertisement Device1 signals are no longer read (counted in /metrics) while
+the watch still hears every device; `--advertisements dbus` keeps the D-Bus path. The real
+kernel's socket is the lab's to prove (test_kernel_realbluez.py)."""
+import asyncio
+import os
+import re
+import socket
+import struct
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Gateway, wait_for
+from esphome_client import ad_structures, address_int, connected, esphome_port
+
+BTHOME = "F0:00:00:00:00:06"
+
+
+def adapters(gw):
+    status, body, _ = gw.get("/v1/adapters")
+    assert status == 200, body
+    return {a["id"]: a["advertisements"] for a in body["adapters"]}
+
+
+def signals_read(gw):
+    """BlueZ's Device1 PropertiesChanged signals gattway read so far (/metrics)."""
+    with urllib.request.urlopen(gw.base + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    m = re.search(r'^gattway_dbus_properties_signals_total\{interface="device"\} (\d+)', text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+class Simulator:
+    """`gattway-sim --management-socket PATH` on its own bus."""
+
+    def __init__(self, tmp_path):
+        self.socket = str(tmp_path / "mgmt.sock")
+        self.p = subprocess.Popen([os.path.join(os.environ["GATTWAY_BIN_DIR"], "gattway-sim"), "--management-socket", self.socket],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        first = self.p.stdout.readline()
+        assert first.startswith("DBUS_SYSTEM_BUS_ADDRESS="), first
+        self.bus = first.strip().split("=", 1)[1]
+        threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
+        assert wait_for(lambda: os.path.exists(self.socket), 10)
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(10)
+
+
+class Frames:
+    """Another reader of the simulator's stream: the AD bytes of every Device Found frame, by address."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        self.sock.settimeout(0.2)
+        self.by_address = {}
+        self.running = True
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        while self.running:
+            try:
+                frame = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            if not frame:
+                return
+            event, _, length = struct.unpack_from("<HHH", frame)
+            assert length == len(frame) - 6
+            if event != 0x0012:
+                continue
+            address = ":".join(f"{b:02X}" for b in reversed(frame[6:12]))
+            data_length = struct.unpack_from("<H", frame, 6 + 12)[0]
+            self.by_address.setdefault(address, set()).add(bytes(frame[6 + 14:6 + 14 + data_length]))
+
+    def stop(self):
+        self.running = False
+        self.sock.close()
+
+
+def test_the_path_in_use_is_said_and_dbus_when_asked():
+    gw = Gateway(["--simulate"])
+    try:
+        assert set(adapters(gw).values()) == {"kernel"}, adapters(gw)
+        assert any("advertisements: from the simulator's management events" in line for line in gw.log), gw.log
+    finally:
+        gw.stop()
+    gw = Gateway(["--simulate", "--advertisements", "dbus"])
+    try:
+        assert set(adapters(gw).values()) == {"dbus"}, adapters(gw)
+        assert any("advertisements: from BlueZ's D-Bus signals (--advertisements dbus)" in line for line in gw.log), gw.log
+    finally:
+        gw.stop()
+
+
+def test_the_proxy_sends_each_advertisement_as_the_frame_carried_it(tmp_path):
+    sim = Simulator(tmp_path)
+    frames = Frames(sim.socket)
+    gw = Gateway(["--management-socket", sim.socket, "--esphome-api", "127.0.0.1:0", "--watch"],
+                 env={"DBUS_SYSTEM_BUS_ADDRESS": sim.bus})
+    try:
+        assert set(adapters(gw).values()) == {"kernel"}, adapters(gw)
+
+        async def scenario():
+            api = await connected(esphome_port(gw))
+            reports = []
+            api.subscribe_bluetooth_le_raw_advertisements(
+                lambda r: reports.extend((a.address, bytes(a.data)) for a in r.advertisements))
+            await asyncio.sleep(4)
+            await api.disconnect()
+            return reports
+
+        reports = asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        gw.stop()
+        frames.stop()
+        sim.stop()
+    assert len(reports) >= 20, reports
+    sent = {address_int(a): datas for a, datas in frames.by_address.items()}
+    strangers = [(hex(a), d.hex()) for a, d in reports if d not in sent.get(a, set())]
+    assert not strangers, f"sent on but never framed so: {strangers[:5]}"
+    # The flags structure, which BlueZ's D-Bus properties do not carry (without --experimental).
+    bthome = [d for a, d in reports if a == address_int(BTHOME)]
+    assert bthome and all(any(t == 0x01 for t, _ in ad_structures(d)) for d in bthome), bthome[:3]
+
+
+@pytest.mark.parametrize("path", ["kernel", "dbus"])
+def test_bluez_device_signals_are_read_only_on_the_dbus_path(path):
+    """The watch (on with --simulate) hears the built-in devices either way; on the kernel path
+    BlueZ's Device1 signals for them are not read at all (none of them is engaged)."""
+    gw = Gateway(["--simulate", "--advertisements", "auto" if path == "kernel" else "dbus"])
+    try:
+        assert wait_for(lambda: gw.get("/v1/watch")[1].get("devices", 0) >= 8, 10), gw.get("/v1/watch")
+        before = signals_read(gw)
+        status, sensors, _ = gw.get("/v1/sensors")
+        seen = {s["id"]: s.get("lastSeen") for s in sensors["sensors"]}
+        time.sleep(3)  # a window of advertisements (the simulator's devices advertise every 0.1-1 s)
+        read = signals_read(gw) - before
+        status, sensors, _ = gw.get("/v1/sensors")
+        heard_again = [s["id"] for s in sensors["sensors"] if s.get("lastSeen") != seen.get(s["id"])]
+    finally:
+        gw.stop()
+    assert len(heard_again) >= 3, (path, sensors)
+    if path == "kernel":
+        assert read == 0, f"{read} Device1 signals read on the kernel path"
+    else:
+        assert read >= 30, f"only {read} Device1 signals read on the D-Bus path"
