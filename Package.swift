@@ -3,7 +3,7 @@
 // Dependencies point one way: executables → doors (HTTPAPI, MQTTBridge, ESPHomeProxy) → GatewayCore → (BLE, Sensors);
 // HTTPAPI → (Access → HTTPServer, Dashboard); ESPHomeProxy → ESPHomeAPI → (CNettle, CLinux, Threading); BlueZ → (DBus, BLE);
 // executables → Launch (options, start and teardown) → (Access, the doors' option types);
-// executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM);
+// executables → MQTT → (CMosquitto, Threading); executables → Avahi → DBus; Simulator → (DBus, BLE, AESCCM, Management, Sockets);
 // Sensors → (AESCCM, BLE); Management → (CLinux, BLE, Threading) and nothing else of ours. No door imports another door; the core imports no door and no transport (Tests/architecture/check.py checks it). Only
 // CDBus/CMicroHTTPD/CNettle/CMosquitto/CLinux touch C.
 import PackageDescription
@@ -62,7 +62,7 @@ let package = Package(
         // The kernel's Bluetooth management socket: advertisements as the controller reported them
         // (device-found events), read on a thread of its own; knowing nothing of D-Bus or the gateway.
         .target(name: "Management", dependencies: ["CLinux", "BLE", "Threading"]),
-        .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BLE", "AESCCM", "Management", "Sockets"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Sockets", "Threading"]),
         // TCP listening sockets, for the servers that are not HTTP (the ESPHome API, serial ports).
         .target(name: "Sockets"),
@@ -117,7 +117,7 @@ let package = Package(
         // CMicroHTTPD for GnuTLS: the TLS tests' client.
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "CMicroHTTPD"]),
         // Sensors decodes what the simulator's sensors advertise.
-        .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors"]),
+        .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors", "Management", "Sockets"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "LaunchTests", dependencies: ["Launch", "Access", "BLE"]),

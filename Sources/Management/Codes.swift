@@ -63,8 +63,11 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     ]
 
     /// The name mgmt-api.txt gives it, with its number.
-    public var description: String {
-        let name = Int(rawValue) < Self.names.count ? Self.names[Int(rawValue)] : "unknown status"
-        return "\(name) (0x\(Hex.string([rawValue])))"
-    }
+    public var description: String { named(rawValue, Self.names, unknown: "unknown status") }
+}
+
+/// "Name (0xNN)": the name `names` gives `value` (its index), or `unknown`.
+func named(_ value: UInt8, _ names: [String], unknown: String) -> String {
+    let name = Int(value) < names.count ? names[Int(value)] : unknown
+    return "\(name) (0x\(Hex.string([value])))"
 }

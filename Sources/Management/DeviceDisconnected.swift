@@ -57,8 +57,5 @@ public struct DisconnectReason: RawRepresentable, Hashable, Sendable, CustomStri
                                 "terminated by the remote host", "authentication failure", "terminated by the local host for suspend"]
 
     /// "terminated by the remote host (0x03)".
-    public var description: String {
-        let name = Int(rawValue) < Self.names.count ? Self.names[Int(rawValue)] : "unknown reason"
-        return "\(name) (0x\(Hex.string([rawValue])))"
-    }
+    public var description: String { named(rawValue, Self.names, unknown: "unknown reason") }
 }

@@ -1,11 +1,14 @@
 import BLE
 import DBus
+import Management
 
 /// One local controller as bluetoothd serves it (`/org/bluez/hciN`, Adapter1): its settings,
 /// and discovery, which bluetoothd runs per adapter and per D-Bus client.
 struct AdapterState: Sendable {
     let config: SimulatorConfiguration.Adapter
     let path: ObjectPath
+    /// The kernel's index of the controller (hci1 is 1), which its management events carry.
+    let controller: ControllerIndex?
     /// Plugged in: the kernel has the controller and bluetoothd serves it (`RemoveAdapter` unplugs it).
     var present = true
     var powered: Bool
@@ -29,6 +32,7 @@ struct AdapterState: Sendable {
     init(_ config: SimulatorConfiguration.Adapter) {
         self.config = config
         path = ObjectPath(trusted: "/org/bluez/" + config.id)
+        controller = ControllerIndex(adapterName: config.id)
         powered = config.powered
     }
 

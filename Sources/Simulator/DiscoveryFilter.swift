@@ -84,8 +84,11 @@ struct MergedDiscovery: Sendable {
     /// every report and signals it each time.
     var duplicateData: Bool { clients.contains { $0.filter?.duplicateData == true } }
 
-    func reports(_ ad: Advertisement, address: BluetoothAddress) -> Bool {
-        guard !clients.isEmpty, scansLE, isDiscoverable(ad, address: address) else { return false }
+    /// The kernel reports the advertisement to the management socket: it scans LE, and the
+    /// filter bluetoothd gave it (Start Service Discovery: the lowest RSSI asked for, the UUIDs
+    /// of all clients unless one asked for none) keeps it.
+    func kernelReports(_ ad: Advertisement) -> Bool {
+        guard !clients.isEmpty, scansLE else { return false }
         if let threshold = kernelRSSI, ad.rssi < threshold { return false }
         return clients.contains { client in
             guard let filter = client.filter, !filter.uuids.isEmpty else { return true }
@@ -109,7 +112,9 @@ struct MergedDiscovery: Sendable {
         return lowest
     }
 
-    private func isDiscoverable(_ ad: Advertisement, address: BluetoothAddress) -> Bool {
+    /// bluetoothd then reports what the kernel reported if it is discoverable (or any with a
+    /// filter set), or matches a client's pattern.
+    func isDiscoverable(_ ad: Advertisement, address: BluetoothAddress) -> Bool {
         var discoverable = isFiltered || (ad.flags.first ?? 0) & 0x03 != 0
         for client in clients {
             guard let pattern = client.filter?.pattern else { continue }

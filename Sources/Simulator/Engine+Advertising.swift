@@ -136,6 +136,6 @@ extension Engine {
     /// (it was powered off or removed).
     func localLinkEnds(_ a: Int) {
         guard let p = adapters[a].asPeripheral, let d = linked(p) else { return }
-        linkDown(d)
+        linkDown(d, reason: .remoteHost)
     }
 }

@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Management
 
 /// Device1: Connect, Disconnect, Pair and link loss, in bluetoothd 5.66's order of signals
 /// and replies (src/device.c: device_add_connection, att_connect_cb, device_remove_connection).
@@ -104,6 +105,8 @@ extension Engine {
         devices[d].link = .idle
         log("\(describe(d)): connect failed: \(error)")
         if linkEstablished {
+            streamLink(d, up: true)
+            streamLink(d, up: false, reason: error.message.contains("by-remote") ? .remoteHost : .localHost)
             devices[d].connected = true
             propertiesChanged(.device(d), Interface.device, ["Connected"])
             devices[d].connected = false
@@ -138,6 +141,8 @@ extension Engine {
         let epoch = devices[d].linkEpoch
         devices[d].connected = true
         log("\(describe(d)): connected")
+        // The kernel tells its management sockets first; bluetoothd hears it from there.
+        streamLink(d, up: true)
         if !faults.suppressConnectedSignal {
             propertiesChanged(.device(d), Interface.device, ["Connected"])
         }
@@ -186,7 +191,7 @@ extension Engine {
         if !resolved { resolveServices(d) }
         startUART(devices[d].peer)  // its stream, for sessions kept from the last connection
         if let ms = faults.dropLinkAfterMs {
-            tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch) }
+            tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch, reason: .timeout) }
         }
         if devices[d].pairing != nil { startPairing(d) }
     }
@@ -223,21 +228,24 @@ extension Engine {
     }
 
     /// bluetoothd waits before it drops the link (DISCONNECT_TIMER) and answers every
-    /// Disconnect (and RemoveDevice) once it is down.
-    func requestDisconnect(_ d: Int, call: Message?) {
+    /// Disconnect (and RemoveDevice) once it is down. `reason`: as entry `d`'s adapter sees it
+    /// (the remote host's when the serving adapter ends a link to its applications).
+    func requestDisconnect(_ d: Int, call: Message?, reason: DisconnectReason = .localHost) {
         if let call { devices[d].disconnectCalls.append(call) }
         guard devices[d].link == .connected else { return }
         devices[d].link = .disconnecting
         let epoch = devices[d].linkEpoch
-        tasks.after(milliseconds: adapterConfig(d).disconnectDelayMs) { await self.linkDown(d, epoch: epoch) }
+        tasks.after(milliseconds: adapterConfig(d).disconnectDelayMs) { await self.linkDown(d, epoch: epoch, reason: reason) }
     }
 
     /// The link went down (by request, link loss or power off): pending ATT requests fail,
     /// notification sessions wait for the next connection, ServicesResolved=false, the
-    /// Disconnect replies, Connected=false. The GATT objects stay, as in 5.66.
-    func linkDown(_ d: Int, epoch: Int? = nil) {
+    /// Disconnect replies, Connected=false. The GATT objects stay, as in 5.66. `reason`: why, as
+    /// the kernel of entry `d`'s adapter tells it (this host ended it, unless said otherwise).
+    func linkDown(_ d: Int, epoch: Int? = nil, reason: DisconnectReason = .localHost) {
         guard devices[d].hasGATT, epoch == nil || epoch == devices[d].linkEpoch else { return }
         log("\(describe(d)): disconnected")
+        streamLink(d, up: false, reason: reason)
         devices[d].link = .idle
         for c in devices[d].gatt.characteristics.indices {
             failPendingRequests(d, characteristic: c)

@@ -39,7 +39,7 @@ extension Engine {
             }
             log("\(describe(d)): link lost (DropLink)")
             reply(call)
-            linkDown(d)
+            linkDown(d, reason: .timeout)
         case "CallCount":
             let member = args[0] ?? "", path = args[1] ?? ""
             var total: UInt32 = 0
@@ -170,7 +170,7 @@ extension Engine {
         peripherals[p].connectFailuresLeft = faults.connectError?.count
         let link = linked(p)
         for d in peripherals[p].entries { devices[d].staleLink = faults.staleLink && (link == nil || link == d) }
-        if let link, faults.outOfRange || faults.staleLink { linkDown(link) }
+        if let link, faults.outOfRange || faults.staleLink { linkDown(link, reason: .timeout) }
     }
 
     /// `SetRSSI`: the peripheral moved; out of an adapter's range (nil) it loses its link there.
@@ -178,7 +178,7 @@ extension Engine {
         log("\(peripherals[p].address) at \(adapters[a].config.id): \(rssi.map { "RSSI \($0)" } ?? "out of range")")
         peripherals[p].rssi[a] = rssi
         let d = peripherals[p].entries[a]
-        if rssi == nil, devices[d].hasGATT { linkDown(d) }
+        if rssi == nil, devices[d].hasGATT { linkDown(d, reason: .timeout) }
     }
 
     /// The peripheral an address argument names; answers the call with an error if there is none.

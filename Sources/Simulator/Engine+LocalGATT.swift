@@ -177,7 +177,7 @@ extension Engine {
     /// Disconnect called on the serving side's Device1 of a central: the link ends, answered when it is down.
     func disconnectCentral(_ e: Int, call: Message) -> Bool {
         guard devices[e].incoming, let p = adapters[devices[e].adapter].asPeripheral, let d = linked(p) else { return false }
-        requestDisconnect(d, call: call)
+        requestDisconnect(d, call: call, reason: .remoteHost)
         return true
     }
 }

@@ -56,8 +56,10 @@ extension Engine {
         }
     }
 
-    /// The advertisement reaches bluetoothd through the adapter of entry `d`. With a filter set,
-    /// bluetoothd reports every advertisement's RSSI, else only changes of 8 dB or more.
+    /// The advertisement reaches the kernel, then bluetoothd, through the adapter of entry `d`.
+    /// The kernel reports it to the management socket (Device Found) unless its discovery filter
+    /// drops it; bluetoothd then applies its own checks. With a filter set, bluetoothd reports
+    /// every advertisement's RSSI, else only changes of 8 dB or more.
     private func hear(_ d: Int, _ ad: Advertisement) {
         let a = devices[d].adapter
         let device = devices[d]
@@ -65,7 +67,9 @@ extension Engine {
         // bluetoothd restarts a device's TemporaryTimeout on every report it hears, even one
         // the discovery filter then drops.
         devices[d].heardAt = .now
-        guard merged.reports(ad, address: device.address) else { return }
+        guard merged.kernelReports(ad) else { return }
+        streamDeviceFound(d, ad)
+        guard merged.isDiscoverable(ad, address: device.address) else { return }
         adapters[a].discoveryFound.insert(d)
 
         if !device.exported { return firstHeard(d, ad) }

@@ -10,6 +10,10 @@ actor Engine {
     let connection: Connection
     let tasks: TaskBag
     let log: @Sendable (String) -> Void
+    /// The kernel's management events for the adapters (`Engine+Management`).
+    let management: ManagementStream
+    /// Where each management frame is encoded (its capacity kept: no allocation per frame).
+    var frameBuffer: [UInt8] = []
 
     static let root = ObjectPath.root
     static let bluezPath = ObjectPath(trusted: "/org/bluez")
@@ -57,9 +61,11 @@ actor Engine {
         case descriptor(Int, Int)
     }
 
-    init(connection: Connection, configuration: SimulatorConfiguration, tasks: TaskBag, log: @escaping @Sendable (String) -> Void) {
+    init(connection: Connection, configuration: SimulatorConfiguration, tasks: TaskBag, management: ManagementStream,
+         log: @escaping @Sendable (String) -> Void) {
         self.connection = connection
         self.tasks = tasks
+        self.management = management
         self.log = log
         adapters = configuration.adapters.map(AdapterState.init)
         for config in configuration.devices { Engine.add(config, to: &peripherals, &devices, adapters: adapters) }

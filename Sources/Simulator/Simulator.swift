@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import Sockets
 import Synchronization
 
 /// A stand-in for bluetoothd 5.66: owns `org.bluez` on the bus of `connection` and serves the
@@ -46,13 +47,15 @@ public final class Simulator: Sendable {
     private let messages: Mutex<AsyncStream<Message>?>
     private let subscription = Mutex<SubscriptionID?>(nil)
     private let log: @Sendable (String) -> Void
+    private let management: ManagementStream
 
     /// `log` receives one line per notable event (discovery, connections, faults).
     public init(connection: Connection, configuration: SimulatorConfiguration, log: (@Sendable (String) -> Void)? = nil) {
         self.connection = connection
         let log = log ?? { _ in }
         self.log = log
-        engine = Engine(connection: connection, configuration: configuration, tasks: tasks, log: log)
+        management = ManagementStream(log: log)
+        engine = Engine(connection: connection, configuration: configuration, tasks: tasks, management: management, log: log)
         let (stream, continuation) = AsyncStream<Message>.makeStream(bufferingPolicy: .bufferingOldest(1024))
         inbox = continuation
         messages = Mutex(stream)
@@ -98,6 +101,7 @@ public final class Simulator: Sendable {
     /// Stops every timer and pending reply and stops answering calls. The connection stays
     /// open (its owner closes it, which also releases org.bluez).
     public func stop() {
+        management.stop()
         connection.setMethodCallHandler(nil)
         if let id = subscription.withLock({ s -> SubscriptionID? in defer { s = nil }; return s }) { connection.unsubscribe(id) }
         inbox.finish()
@@ -105,6 +109,29 @@ public final class Simulator: Sendable {
     }
 
     deinit { stop() }
+
+    // MARK: the kernel's management events
+
+    /// One end of a new socketpair (AF_UNIX, SOCK_SEQPACKET) that receives, from now on, the
+    /// events the kernel's Bluetooth management socket would send a trusted reader for the
+    /// simulator's adapters (controller index N for hciN), one frame per packet as the kernel
+    /// frames them: Device Found for every advertisement an adapter receives while discovering
+    /// (before bluetoothd's own filtering), Device Connected and Device Disconnected as links come
+    /// and go. The caller owns the descriptor and closes it (the simulator lets go of its end at
+    /// the next frame). Frames that do not fit its socket buffer while it does not read are
+    /// dropped for it and counted (`managementStreamCounters`).
+    public func managementStream() throws(SocketError) -> Int32 {
+        try management.connect()
+    }
+
+    /// Serves the same stream (`managementStream`) on a Unix SOCK_SEQPACKET socket at `path`, to
+    /// any number of clients; a socket file already there is removed first, and the file is
+    /// removed at `stop`.
+    public func serveManagementSocket(at path: String) throws(SocketError) {
+        try management.listen(path: path)
+    }
+
+    public var managementStreamCounters: ManagementStreamCounters { management.currentCounters }
 }
 
 extension Engine {

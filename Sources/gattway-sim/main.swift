@@ -7,7 +7,8 @@ import Simulator
 import Synchronization
 
 let usage = """
-    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--print-config] [--help]
+    usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--management-socket PATH]
+                       [--print-config] [--help]
 
     Serves org.bluez (the BlueZ 5.66 D-Bus API: ObjectManager, Adapter1 hci0 (and more),
     Device1, GattService1/GattCharacteristic1/GattDescriptor1, AgentManager1, ProfileManager1,
@@ -24,6 +25,18 @@ let usage = """
       --adapters N    N adapters, hci0 to hci<N-1> (1 to 16): those the configuration has, then
                       copies of its first with addresses counted up; each hears every device
                       whose "rssi" does not name adapters.
+      --management-socket PATH
+                      also serve the kernel's Bluetooth management events for the adapters, as
+                      a trusted reader of the kernel's management socket gets them beside
+                      bluetoothd: a Unix SOCK_SEQPACKET socket at PATH (a socket file already
+                      there is removed; the file is removed on exit), any number of clients, each
+                      sent every frame from its connection on, one frame per packet (the 6-byte
+                      header and the parameters, as the kernel frames them; controller index N for
+                      hciN): Device Found for every advertisement an adapter receives while
+                      discovering, which the kernel's discovery filter (RSSI, UUIDs) keeps, before
+                      bluetoothd's own checks; Device Connected and Device Disconnected as links
+                      come and go. A client that does not read loses the frames its socket buffer
+                      cannot hold (counted; the totals are logged on exit).
       --print-config  print the configuration (the built-in one, or FILE's with its defaults
                       filled in) as JSON and exit: a starting point for a file of your own.
       --help          this text.
@@ -197,6 +210,7 @@ enum FileHandleOutput {
 var busAddress: String?
 var configPath: String?
 var adapterCount: Int?
+var managementSocket: String?
 var printConfig = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
@@ -215,6 +229,9 @@ while let argument = arguments.popFirst() {
             fatal("--adapters needs a number from 1 to 16", code: 2)
         }
         adapterCount = n
+    case "--management-socket":
+        guard let value = arguments.popFirst() else { fatal("--management-socket needs a path", code: 2) }
+        managementSocket = value
     case "--print-config":
         printConfig = true
     default:
@@ -275,6 +292,15 @@ let logLines = Mutex<(ready: Bool, held: [String])>((false, []))
 }
 
 let simulator = Simulator(connection: connection, configuration: configuration, log: log)
+if let managementSocket {
+    do {
+        try simulator.serveManagementSocket(at: managementSocket)
+    } catch {
+        connection.close()
+        privateBus?.stop()
+        fatal("--management-socket: \(error)")
+    }
+}
 
 /// Why the program ends: a signal, or the bus went away.
 /// The waiting main task, or the reason that came before it waited (a signal during start-up).
@@ -320,6 +346,10 @@ let reason = await withCheckedContinuation { (continuation: CheckedContinuation<
 }
 
 log("stopping (\(reason))")
+if managementSocket != nil {
+    let counters = simulator.managementStreamCounters
+    log("management socket: \(counters.frames) frames, \(counters.connected) clients, \(counters.dropped) frames dropped for clients that did not keep up")
+}
 if !reason.hasPrefix("SIG") { FileHandleOutput.standardError("gattway-sim: \(reason)\n") }
 simulator.stop()
 connection.close()

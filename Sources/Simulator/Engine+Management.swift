@@ -1,0 +1,119 @@
+import BLE
+import Management
+
+/// What the kernel tells a trusted reader of its Bluetooth management socket about the
+/// simulator's adapters (`ManagementStream`): an advertisement received while discovering, a link
+/// up, a link down. Nothing is built while no client reads the stream.
+extension Engine {
+    /// Device Found: entry `d`'s adapter received `ad` while discovering, and the kernel's
+    /// discovery filter kept it. Advertisement and scan response come as one report, as the
+    /// kernel merges them (the simulator does not tell them apart).
+    func streamDeviceFound(_ d: Int, _ ad: Advertisement) {
+        let device = devices[d]
+        guard management.isActive, let controller = adapters[device.adapter].controller else { return }
+        frameBuffer.removeAll(keepingCapacity: true)
+        DeviceFound.append(to: &frameBuffer, controller: controller, address: device.address,
+                           addressType: device.config.leAddressType, rssi: ad.rssi,
+                           flags: device.config.connectable ? [] : .notConnectable) { ad.appendStructures(to: &$0) }
+        management.send(frameBuffer)
+    }
+
+    /// Device Connected or Disconnected for the link of entry `d`, which its adapter asked for;
+    /// when the peer is another adapter of the simulator (its applications), that adapter sees
+    /// the link too: one it did not ask for, and a reason seen from its side.
+    func streamLink(_ d: Int, up: Bool, reason: DisconnectReason = .localHost) {
+        guard management.isActive else { return }
+        streamLink(of: d, up: up, initiated: true, reason: reason)
+        if let e = centralEntry(d) {
+            let theirs: DisconnectReason = switch reason {
+            case .localHost: .remoteHost
+            case .remoteHost: .localHost
+            default: reason
+            }
+            streamLink(of: e, up: up, initiated: false, reason: theirs)
+        }
+    }
+
+    private func streamLink(of d: Int, up: Bool, initiated: Bool, reason: DisconnectReason) {
+        let device = devices[d]
+        guard let controller = adapters[device.adapter].controller else { return }
+        // No EIR: the kernel adds the advertisement it connected on only when it kept one.
+        let frame = up
+            ? DeviceConnected(controller: controller, address: device.address, addressType: device.config.leAddressType,
+                              flags: initiated ? .initiatedConnection : []).frame
+            : DeviceDisconnected(controller: controller, address: device.address, addressType: device.config.leAddressType,
+                                 reason: reason).frame
+        management.send(frame)
+    }
+}
+
+/// The management module's advertising data (the simulator has an `AdvertisingData` of its own:
+/// an LEAdvertisement1's properties).
+private typealias ADStructures = Management.AdvertisingData
+
+extension SimulatorConfiguration.Device {
+    /// The management socket's name for `addressType`.
+    var leAddressType: AddressType { addressType == "random" ? .leRandom : .lePublic }
+}
+
+extension Advertisement {
+    /// The advertisement's AD structures, in a usual on-air order: Flags, the service UUIDs (the
+    /// complete lists), the complete local name, TX power, service data, manufacturer data.
+    /// Dictionaries go in key order; a value longer than a structure holds is cut to fit.
+    func appendStructures(to bytes: inout [UInt8]) {
+        if !flags.isEmpty { ADStructures.appendStructure(type: 0x01, to: &bytes) { $0 += flags.prefix(Self.most) } }
+        appendUUIDs(to: &bytes)
+        if let name {
+            let utf8 = name.utf8
+            // A name too long for one structure goes out shortened (0x08), as a device shortens it.
+            ADStructures.appendStructure(type: utf8.count <= Self.most ? 0x09 : 0x08, to: &bytes) { $0 += utf8.prefix(Self.most) }
+        }
+        if let txPower { ADStructures.appendStructure(type: 0x0A, to: &bytes) { $0.append(UInt8(bitPattern: Int8(clamping: txPower))) } }
+        for uuid in serviceData.keys.sorted() {
+            let width = Self.width(of: uuid)
+            // Service Data with a 16-bit (0x16), 32-bit (0x20) or 128-bit (0x21) UUID.
+            ADStructures.appendStructure(type: width == 2 ? 0x16 : width == 4 ? 0x20 : 0x21, to: &bytes) {
+                Self.append(uuid, width: width, to: &$0)
+                $0 += serviceData[uuid]!.prefix(Self.most - width)
+            }
+        }
+        for company in manufacturerData.keys.sorted() {
+            ADStructures.appendStructure(type: 0xFF, to: &bytes) {
+                $0.appendLittleEndian(UInt64(company), count: 2)
+                $0 += manufacturerData[company]!.prefix(Self.most - 2)
+            }
+        }
+    }
+
+    /// The data bytes one AD structure holds.
+    private static let most = 254
+
+    /// Complete lists of 16-bit (0x03), 32-bit (0x05) and 128-bit (0x07) service UUIDs, each
+    /// only if it has one, cut to what one structure holds.
+    private func appendUUIDs(to bytes: inout [UInt8]) {
+        for (type, width) in [(UInt8(0x03), 2), (0x05, 4), (0x07, 16)] {
+            let list = uuids.filter { Self.width(of: $0) == width }
+            guard !list.isEmpty else { continue }
+            ADStructures.appendStructure(type: type, to: &bytes) { data in
+                for uuid in list.prefix(Self.most / width) { Self.append(uuid, width: width, to: &data) }
+            }
+        }
+    }
+
+    /// The bytes of a UUID's shortest form: 2 for a 16-bit assigned number, 4 for a 32-bit one, else 16.
+    private static func width(of uuid: BluetoothUUID) -> Int {
+        uuid.uint16 != nil ? 2 : uuid.uint32 != nil ? 4 : 16
+    }
+
+    /// `uuid` in `width` bytes, least significant first, as AD structures carry it.
+    private static func append(_ uuid: BluetoothUUID, width: Int, to bytes: inout [UInt8]) {
+        if width == 16 { bytes += uuid.bytes.reversed() } else { bytes.appendLittleEndian(UInt64(uuid.uint32!), count: width) }
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// The low `count` bytes of `value`, least significant first.
+    mutating func appendLittleEndian(_ value: UInt64, count: Int) {
+        for i in 0..<count { append(UInt8(truncatingIfNeeded: value >> (8 * i))) }
+    }
+}

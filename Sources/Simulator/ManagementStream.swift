@@ -1,0 +1,189 @@
+import Dispatch
+import Glibc
+import Management
+import Sockets
+import Synchronization
+
+/// The kernel's Bluetooth management events for the simulator's adapters, as a trusted reader of
+/// the management socket gets them beside bluetoothd: one frame per packet (the 6-byte header and
+/// the parameters), on Unix SOCK_SEQPACKET sockets, to every client from its connection on.
+///
+/// A client that does not read never holds the engine up: frames are sent with MSG_DONTWAIT into
+/// the client's socket buffer (SO_SNDBUF `sendBuffer`, which the kernel caps at
+/// net.core.wmem_max), and one that does not fit is dropped for that client and counted, as the
+/// kernel drops an event for a management socket whose receive buffer is full. A client that
+/// closed its end is let go at the next frame.
+final class ManagementStream: Sendable {
+    private struct Client {
+        let fd: Int32
+        var dropped = 0
+    }
+
+    private let clients = Mutex<[Client]>([])
+    /// Some client is connected: the engine builds no frame while none is.
+    private let active = Atomic<Bool>(false)
+    private let counters = Mutex(ManagementStreamCounters())
+    private let listener = Mutex<Listener?>(nil)
+    private let log: @Sendable (String) -> Void
+
+    /// What each client's socket may hold unread: about 2 700 Device Found frames of ~60 bytes
+    /// when the kernel grants it (it doubles the value asked; 212 992 bytes by default hold 278),
+    /// more than a second of the benchmark's 2 000 advertisements a second.
+    static let sendBuffer: Int32 = 1 << 20
+
+    init(log: @escaping @Sendable (String) -> Void) { self.log = log }
+
+    var isActive: Bool { active.load(ordering: .relaxed) }
+
+    var currentCounters: ManagementStreamCounters {
+        var current = counters.withLock { $0 }
+        current.clients = clients.withLock { $0.count }
+        return current
+    }
+
+    /// A connected pair: one end is a client, the other is returned (the caller owns it).
+    func connect() throws(SocketError) -> Int32 {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw SocketError(call: "socketpair", errno: errno)
+        }
+        add(fds[0])
+        return fds[1]
+    }
+
+    /// Listens on a Unix SOCK_SEQPACKET socket at `path` (a socket file already there, left by
+    /// an earlier run, is removed) and takes every client that connects.
+    func listen(path: String) throws(SocketError) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw SocketError("\(path): a Unix socket path is 1 to \(MemoryLayout.size(ofValue: address.sun_path) - 1) bytes")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        var status = stat()
+        if lstat(path, &status) == 0 {
+            guard status.st_mode & S_IFMT == S_IFSOCK else { throw SocketError("\(path) exists and is not a socket") }
+            unlink(path)
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw SocketError(call: "socket", errno: errno) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, Glibc.listen(fd, 16) == 0 else {
+            let error = SocketError(call: "listening on \(path)", errno: errno)
+            Glibc.close(fd)
+            throw error
+        }
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue(label: "gattway-sim.management"))
+        source.setEventHandler { [weak self] in self?.acceptWaiting(fd) }
+        source.setCancelHandler { Glibc.close(fd) }
+        let previous = listener.withLock { current in
+            defer { current = Listener(source: source, path: path) }
+            return current
+        }
+        previous?.source.cancel()
+        source.resume()
+    }
+
+    private func acceptWaiting(_ listener: Int32) {
+        while true {
+            let fd = accept(listener, nil, nil)
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                add(fd)
+                continue
+            }
+            if errno == EINTR || errno == ECONNABORTED { continue }
+            if errno != EAGAIN && errno != EWOULDBLOCK { log("management stream: accept: \(String(cString: strerror(errno)))") }
+            return
+        }
+    }
+
+    private func add(_ fd: Int32) {
+        var size = Self.sendBuffer
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        clients.withLock { list in
+            list.append(Client(fd: fd))
+            active.store(true, ordering: .relaxed)
+        }
+        counters.withLock { $0.connected += 1 }
+    }
+
+    /// Sends one frame to every client (called by the engine, one frame at a time).
+    func send(_ frame: [UInt8]) {
+        var dropped = 0, gone = 0, logged: [String] = []
+        frame.withUnsafeBytes { bytes in
+            clients.withLock { list in
+                var i = 0
+                while i < list.count {
+                    let sent = Glibc.send(list[i].fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
+                    if sent == bytes.count {
+                        i += 1
+                        continue
+                    }
+                    let code = errno
+                    if sent < 0 && code == EINTR { continue }
+                    if sent < 0 && (code == EAGAIN || code == EWOULDBLOCK || code == ENOBUFS) {
+                        list[i].dropped += 1
+                        dropped += 1
+                        if list[i].dropped == 1 {
+                            logged.append("management stream: a client does not keep up: frames that do not fit its socket are dropped (counted)")
+                        }
+                        i += 1
+                        continue
+                    }
+                    // It closed its end (EPIPE, ECONNRESET): let it go.
+                    Glibc.close(list[i].fd)
+                    list.remove(at: i)
+                    gone += 1
+                }
+                if list.isEmpty { active.store(false, ordering: .relaxed) }
+            }
+        }
+        counters.withLock { c in
+            c.frames += 1
+            c.dropped += dropped
+            c.left += gone
+        }
+        logged.forEach(log)
+    }
+
+    /// Stops listening (removing the socket file) and lets every client go.
+    func stop() {
+        if let listening = listener.withLock({ current in defer { current = nil }; return current }) {
+            listening.source.cancel()
+            unlink(listening.path)
+        }
+        clients.withLock { list in
+            for client in list { Glibc.close(client.fd) }
+            list = []
+            active.store(false, ordering: .relaxed)
+        }
+    }
+}
+
+/// The listening socket's accept source. Unchecked: Dispatch's sources may be cancelled from any thread.
+private final class Listener: @unchecked Sendable {
+    let source: any DispatchSourceRead
+    let path: String
+
+    init(source: any DispatchSourceRead, path: String) {
+        self.source = source
+        self.path = path
+    }
+}
+
+/// What the simulator's management event stream did since it started.
+public struct ManagementStreamCounters: Sendable, Equatable {
+    /// Clients connected now.
+    public var clients = 0
+    /// Clients that connected, and those that left.
+    public var connected = 0
+    public var left = 0
+    /// Frames sent out (each to every client connected then).
+    public var frames = 0
+    /// Frames a client's full socket did not take, over all clients.
+    public var dropped = 0
+}
