@@ -1,4 +1,5 @@
 import DBus
+import Sockets
 import Simulator
 
 /// `--simulate`: a private bus with the BlueZ simulator on it.
@@ -23,7 +24,11 @@ struct Simulation {
     /// A descriptor the simulator's management events (the kernel's frames for its adapters) come
     /// on; nil while the simulator serves none.
     func managementStream() -> Int32? {
-        nil
+        do throws(SocketError) {
+            return try simulator.managementStream()
+        } catch {
+            return nil
+        }
     }
 
     func stop() {

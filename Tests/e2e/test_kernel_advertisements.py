@@ -73,6 +73,8 @@ class Frames:
                 frame = self.sock.recv(4096)
             except socket.timeout:
                 continue
+            except OSError:
+                return
             if not frame:
                 return
             event, _, length = struct.unpack_from("<HHH", frame)
@@ -85,7 +87,7 @@ class Frames:
 
     def stop(self):
         self.running = False
-        self.sock.close()
+        self.sock.shutdown(socket.SHUT_RDWR)
 
 
 def test_the_path_in_use_is_said_and_dbus_when_asked():
@@ -142,12 +144,10 @@ def test_bluez_device_signals_are_read_only_on_the_dbus_path(path):
     try:
         assert wait_for(lambda: gw.get("/v1/watch")[1].get("devices", 0) >= 8, 10), gw.get("/v1/watch")
         before = signals_read(gw)
-        status, sensors, _ = gw.get("/v1/sensors")
-        seen = {s["id"]: s.get("lastSeen") for s in sensors["sensors"]}
         time.sleep(3)  # a window of advertisements (the simulator's devices advertise every 0.1-1 s)
         read = signals_read(gw) - before
         status, sensors, _ = gw.get("/v1/sensors")
-        heard_again = [s["id"] for s in sensors["sensors"] if s.get("lastSeen") != seen.get(s["id"])]
+        heard_again = [s["id"] for s in sensors["sensors"] if s["age"] < 2]
     finally:
         gw.stop()
     assert len(heard_again) >= 3, (path, sensors)
