@@ -213,6 +213,12 @@ suite_realbluez() {
 suite_e2e() {
     step "end-to-end against gattway --simulate"
     GATTWAY_BIN_DIR="$bin" timeout -k 10 1500 $py -m pytest -q -p no:cacheprovider Tests/e2e
+    # --simulate reads the simulator's management events (the kernel's path, issue 36); the
+    # tests of what advertisements become again on BlueZ's D-Bus signals, the other path.
+    step "end-to-end: advertisements on the D-Bus path (--advertisements dbus)"
+    GATTWAY_ADVERTISEMENTS=dbus GATTWAY_BIN_DIR="$bin" timeout -k 10 600 $py -m pytest -q -p no:cacheprovider \
+        Tests/e2e/test_rest.py Tests/e2e/test_sensors.py Tests/e2e/test_watch.py Tests/e2e/test_esphome_bluetooth.py \
+        Tests/e2e/test_adapters.py Tests/e2e/test_peripheral.py
 }
 suite_fuzz_contract_bleak() {
     step "fuzzing (bounded)"
