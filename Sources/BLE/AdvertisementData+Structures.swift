@@ -19,14 +19,22 @@ extension AdvertisementData {
         public static let manufacturerData: UInt8 = 0xFF
     }
 
-    /// The data of `structures` (type and data of each, in order), whose bytes were `raw`. A
-    /// structure too short for its type is left out, as BlueZ leaves it out; a complete name wins
-    /// over a shortened one; a later structure of a type adds to (lists) or replaces (values) an
-    /// earlier one, as a scan response does after its advertisement.
-    public init(structures: some Sequence<(type: UInt8, data: ArraySlice<UInt8>)>, raw: [UInt8], connectable: Bool?) {
+    /// The data of the AD structures `raw` holds, one after the other (length, type, data; the
+    /// advertisement, then the scan response). A structure too short for its type is left out, as
+    /// BlueZ leaves it out, and so is one that runs past the end; a complete name wins over a
+    /// shortened one; a later structure of a type adds to (lists) or replaces (values) an earlier
+    /// one, as a scan response does after its advertisement. Not generic, and reading `raw` in
+    /// place: it runs for every advertisement heard.
+    public init(advertisingData raw: [UInt8], connectable: Bool?) {
         self.init(isConnectable: connectable, raw: raw)
         var shortName: String?
-        for (type, data) in structures {
+        var offset = 0
+        while offset + 1 < raw.count, raw[offset] != 0 {
+            let end = offset + 1 + Int(raw[offset])
+            guard end <= raw.count else { break }
+            let type = raw[offset + 1]
+            let data = raw[offset + 2..<end]
+            offset = end
             switch type {
             case ADType.flags:
                 flags = data.first
@@ -75,5 +83,19 @@ extension AdvertisementData {
         case 16: BluetoothUUID(bytes: Array(bytes.reversed()))
         default: nil
         }
+    }
+}
+
+extension AdvertisementData {
+    /// With the bytes on both sides, they decide (every field is read from them, but the name
+    /// an earlier scan response gave and whether the advertisement was connectable): compared
+    /// at every advertisement heard, and cheaper than the fields' dictionaries.
+    public static func == (lhs: AdvertisementData, rhs: AdvertisementData) -> Bool {
+        if let a = lhs.raw, let b = rhs.raw {
+            return a == b && lhs.localName == rhs.localName && lhs.isConnectable == rhs.isConnectable
+        }
+        return lhs.localName == rhs.localName && lhs.serviceUUIDs == rhs.serviceUUIDs && lhs.manufacturerData == rhs.manufacturerData
+            && lhs.serviceData == rhs.serviceData && lhs.txPowerLevel == rhs.txPowerLevel && lhs.isConnectable == rhs.isConnectable
+            && lhs.flags == rhs.flags && lhs.otherStructures == rhs.otherStructures && lhs.raw == rhs.raw
     }
 }

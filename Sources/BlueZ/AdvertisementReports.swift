@@ -122,7 +122,7 @@ final class AdvertisementReports: Sendable {
     /// last snapshot (BlueZ's properties, once) says, with this advertisement's RSSI and data.
     func heard(_ found: DeviceFound) {
         let key = KernelKey(controller: found.controller.rawValue, address: found.address)
-        let adapter = "hci\(found.controller.rawValue)"
+        let adapter = Self.adapterName(found.controller.rawValue)
         let now = Date()
         let raw = found.advertisingData.bytes
         let (snapshot, dataChanged) = kernelSnapshots.withLock { s -> (PeripheralInfo, Bool) in
@@ -130,8 +130,7 @@ final class AdvertisementReports: Sendable {
             let changed = info.advertisement.raw != raw
             if changed {
                 let name = info.advertisement.localName
-                info.advertisement = AdvertisementData(structures: found.advertisingData.structures.lazy.map { ($0.type, $0.data) },
-                                                       raw: raw, connectable: !found.flags.contains(.notConnectable))
+                info.advertisement = AdvertisementData(advertisingData: raw, connectable: !found.flags.contains(.notConnectable))
                 // A scan response carries the name, the advertisement often not: the last one holds.
                 if info.advertisement.localName == nil { info.advertisement.localName = name }
                 if info.name == nil { info.name = info.advertisement.localName }
@@ -142,11 +141,18 @@ final class AdvertisementReports: Sendable {
             s[key] = info
             return (info, changed)
         }
-        report(snapshot, on: Substring(adapter), advertised: true, dataChanged: dataChanged, at: now)
+        report(snapshot, on: adapter, advertised: true, dataChanged: dataChanged, at: now)
+    }
+
+    /// "hci0"… for the first controllers, made once (not at every advertisement).
+    private static let adapterNames: [Substring] = (0..<16).map { Substring("hci\($0)") }
+
+    private static func adapterName(_ controller: UInt16) -> Substring {
+        Int(controller) < adapterNames.count ? adapterNames[Int(controller)] : Substring("hci\(controller)")
     }
 
     /// A device heard by the kernel first: as BlueZ has it, if it does, else from the event alone.
-    private func fresh(_ found: DeviceFound, adapter: String) -> PeripheralInfo {
+    private func fresh(_ found: DeviceFound, adapter: Substring) -> PeripheralInfo {
         if let path = index.adapterPaths().first(where: { $0.lastElement == adapter })?.child(BlueZ.pathElement(found.address)),
            let props = tree.properties(at: path, BlueZ.deviceInterface), var info = DeviceProperties.peripheral(props, lastSeen: nil) {
             info.advertisement = AdvertisementData(localName: info.advertisement.localName)

@@ -7,9 +7,10 @@ import Threading
 /// raw advertisements in batches — as ESPHome sends them: up to `batchSize` a message, none
 /// waiting longer than `batchDelay` (a full batch goes at once).
 ///
-/// The central's thread only appends a report to the inbox (bounded: past `inboxLimit` the
-/// oldest is dropped and counted) and wakes the advertiser's thread when a batch starts or
-/// fills. That thread rebuilds each report's AD structures, makes the message once and hands it
+/// The central's thread only makes the advertisement's entry (its AD bytes as they came, or
+/// rebuilt from BlueZ's properties) and appends it to the inbox (bounded: past `inboxLimit` the
+/// oldest is dropped and counted), waking the advertiser's thread when a batch starts or
+/// fills. That thread makes each batch's message once and hands it
 /// to every subscriber whose connection has room: a client with more than `backlog` bytes
 /// waiting to be written gets no advertisements until it has read them (those are counted, and
 /// logged at most every `logInterval`), so a slow client loses advertisements, not its
@@ -21,8 +22,10 @@ final class Advertiser: Sendable {
     static let backlog = 256 * 1024
     static let logInterval = Duration.seconds(10)
 
+    /// The API's message for an advertisement, made on the central's thread (a few fields; a
+    /// whole device's snapshot would be copied twice more on its way).
     private struct Report: Sendable {
-        let info: PeripheralInfo
+        let message: BluetoothLERawAdvertisement
         let at: ContinuousClock.Instant
     }
 
@@ -89,7 +92,7 @@ final class Advertiser: Sendable {
                 i.reports.removeFirst()
                 i.overflow += 1
             }
-            i.reports.append(Report(info: info, at: .now))
+            i.reports.append(Report(message: RawAdvertisement.message(info), at: .now))
             // A batch starts (the thread sets its deadline) or fills (the thread sends it).
             return i.reports.count == 1 || i.reports.count % Self.batchSize == 0
         }
@@ -129,7 +132,7 @@ final class Advertiser: Sendable {
             var start = taken.startIndex
             while start < taken.endIndex {
                 let end = min(start + Self.batchSize, taken.endIndex)
-                let batch = taken[start..<end].map { RawAdvertisement.message($0.info) }
+                let batch = taken[start..<end].map(\.message)
                 if !batch.isEmpty { send(BluetoothLERawAdvertisementsResponse(advertisements: batch)) }
                 start = end
             }

@@ -4,36 +4,36 @@ public struct AdvertisingData: Sendable, Equatable {
     /// The significant part, structure after structure, as received: a zero length byte ends it
     /// (the spec's early termination) and what follows it is padding, left out.
     public let bytes: [UInt8]
-    /// `bytes` split, in order.
-    public let structures: [ADStructure]
+
+    /// `bytes` split, in order. Split when asked, not at every frame: the path that hands an
+    /// advertisement on takes the bytes whole.
+    public var structures: [ADStructure] {
+        var structures: [ADStructure] = []
+        var offset = 0
+        while offset < bytes.count {
+            let next = offset + 1 + Int(bytes[offset])
+            structures.append(ADStructure(type: bytes[offset + 1], data: bytes[offset + 2..<next]))
+            offset = next
+        }
+        return structures
+    }
 
     /// Nothing advertised (or the AD part dropped).
-    public static let empty = AdvertisingData(checked: [], structures: [])
+    public static let empty = AdvertisingData(checked: [])
 
-    private init(checked bytes: [UInt8], structures: [ADStructure]) {
+    private init(checked bytes: [UInt8]) {
         self.bytes = bytes
-        self.structures = structures
     }
 
     /// Splits `data`; nil when a structure runs past the end (the data is then not trusted at all).
     public init?(parsing data: UnsafeRawBufferPointer) {
         // Checked first, copied once: this runs for every advertisement heard.
-        var end = 0, count = 0
+        var end = 0
         while end < data.count, data[end] != 0 {
             end += 1 + Int(data[end])
-            count += 1
         }
         guard end <= data.count else { return nil }
-        let bytes = Array(data[0..<end])
-        var structures: [ADStructure] = []
-        structures.reserveCapacity(count)
-        var offset = 0
-        while offset < end {
-            let next = offset + 1 + Int(bytes[offset])
-            structures.append(ADStructure(type: bytes[offset + 1], data: bytes[offset + 2..<next]))
-            offset = next
-        }
-        self.init(checked: bytes, structures: structures)
+        self.init(checked: Array(data[0..<end]))
     }
 
     /// `init(parsing:)` over an array.

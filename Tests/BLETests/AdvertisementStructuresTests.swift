@@ -3,16 +3,8 @@ import Testing
 
 /// Advertising data read from its AD structures, as the kernel's management socket reports it.
 @Suite struct AdvertisementStructuresTests {
-    /// Splits AD bytes the simple way (the tests' own, not the management module's).
     static func read(_ bytes: [UInt8], connectable: Bool? = true) -> AdvertisementData {
-        var structures: [(type: UInt8, data: ArraySlice<UInt8>)] = []
-        var i = 0
-        while i < bytes.count, bytes[i] != 0 {
-            let end = i + 1 + Int(bytes[i])
-            structures.append((bytes[i + 1], bytes[i + 2..<end]))
-            i = end
-        }
-        return AdvertisementData(structures: structures, raw: bytes, connectable: connectable)
+        AdvertisementData(advertisingData: bytes, connectable: connectable)
     }
 
     @Test func everyField() {
@@ -52,6 +44,12 @@ import Testing
         #expect(ad.serviceData.isEmpty)
         #expect(ad.serviceUUIDs == [BluetoothUUID("180D")!])
         #expect(ad.flags == nil)
+    }
+
+    @Test func aStructureRunningPastTheEndEndsTheReading() {
+        let ad = Self.read([0x02, 0x01, 0x06, 0x09, 0xFF, 0x4C, 0x00])
+        #expect(ad.flags == 0x06)
+        #expect(ad.manufacturerData.isEmpty)
     }
 
     @Test func aUUIDListedTwiceIsListedOnce() {
