@@ -251,8 +251,12 @@ public final class BlueZCentral: Central {
 
     // MARK: - Pairing and bonds
 
+    /// Answers once a device the pairing left connected is ready (its services resolved), so
+    /// that an operation sent on the answer meets it so, all within `timeout`.
     public func pair(_ id: BluetoothAddress, answer: PairingAnswer?, timeout: Duration) async throws(BLEError) -> PeripheralInfo {
+        let deadline = ContinuousClock.now + timeout
         try await agent.pair(id, answer: answer, timeout: timeout)
+        await connector.settleAfterPairing(id, by: deadline)
         return try devices.peripheral(id)
     }
 

@@ -57,6 +57,29 @@ extension Connector {
         return nil
     }
 
+    /// After a pairing: waits until a connected device's services are resolved, by `deadline`
+    /// and within `servicesDeadline`. bluetoothd answers a `Pair` that had to connect (the link
+    /// a refused authenticated read dropped) before it has resolved the new link's services: in
+    /// the lab ServicesResolved came 0.02-0.14 s after the reply, and an operation sent on the
+    /// answer could find the device not ready (`notConnected`). A device that is not connected,
+    /// or is ready, is answered at once; one whose services do not come is answered as it is
+    /// (the pairing itself succeeded), the log saying so.
+    func settleAfterPairing(_ id: BluetoothAddress, by deadline: ContinuousClock.Instant) async {
+        guard let path = try? index.devicePath(id),
+              tree.properties(at: path, BlueZ.deviceInterface)?["Connected"]?.bool == true, !isReady(path) else { return }
+        let started = ContinuousClock.now
+        switch await waitUntilResolved(path, deadline: min(deadline, started + Self.servicesDeadline)) {
+        case true?:
+            // As after a connect: ServicesResolved can come before every object is exported (bluez#1489).
+            await link.reload()
+            log("\(id): paired; its services resolved again \(Self.seconds(ContinuousClock.now - started)) after the pairing's answer")
+        case false?:
+            log("\(id): paired, but the link went down before its services were resolved again")
+        case nil:
+            log("\(id): paired, but its services were not resolved again within \(Self.seconds(ContinuousClock.now - started))")
+        }
+    }
+
     /// Disconnect, by this side's wish (`disconnecting` tells that end from a lost link), then
     /// the device's properties read again. In the caller's turn.
     func endLink(_ id: BluetoothAddress, _ path: ObjectPath) async throws(BLEError) {

@@ -10,11 +10,14 @@ import Threading
 ///
 /// Operations on a device with a key take turns here, so that when several need the pairing at
 /// once the first pairs and the others, after it, find the device paired (and connected again:
-/// bluetoothd drops the link after the refusal, and `Pair` connects). Devices without a key never
-/// wait here.
+/// bluetoothd drops the link after the refusal, and `Pair` connects; the pairing answers once
+/// that link is ready, and a link that went down after it is connected again before the
+/// operation is tried again). Devices without a key never wait here.
 package final class AutoPairing: Sendable {
     /// How long a pairing started here may take, questions included.
     package static let timeout = Duration.seconds(30)
+    /// How long connecting again after it may take (a client's connect's default).
+    package static let connectTimeout = Duration.seconds(30)
 
     private let keys = Mutex(PairingKeys())
     private let turns = SerialQueues<BluetoothAddress>(maxWaiting: 64, maxWait: .seconds(90))
@@ -53,13 +56,26 @@ package final class AutoPairing: Sendable {
             } catch where Self.needsPairing(error) {
                 guard let info = try? await central.peripheral(id), !info.paired else { throw error }
                 log("\(id): \(what()) needs pairing (\(error.name)): pairing with the pairing keys file's key")
+                let paired: PeripheralInfo
                 do throws(BLEError) {
-                    _ = try await central.pair(id, answer: key, timeout: Self.timeout)
+                    paired = try await central.pair(id, answer: key, timeout: Self.timeout)
                 } catch {
                     log("\(id): pairing with the pairing keys file's key failed: \(error)")
                     var refused = error
                     refused.message = "\(what()) needs pairing, and pairing with the pairing keys file's key failed: \(error.message)"
                     throw refused
+                }
+                // The operation ran on a connected device: it is tried again on one, as a client
+                // would connect it (the link may have gone down after the pairing's answer).
+                if paired.state != .connected {
+                    log("\(id): paired with the pairing keys file's key, but not connected; connecting again")
+                    do throws(BLEError) {
+                        _ = try await central.connect(id, timeout: Self.connectTimeout, autoReconnect: false)
+                    } catch {
+                        var failed = error
+                        failed.message = "\(what()) needs pairing; paired with the pairing keys file's key, but connecting again failed: \(error.message)"
+                        throw failed
+                    }
                 }
                 log("\(id): paired with the pairing keys file's key; trying the \(what()) again")
                 return try await operation()

@@ -188,7 +188,9 @@ extension Engine {
                 propertiesChanged(.characteristic(d, c), Interface.characteristic, ["Notifying"])
             }
         }
-        if !resolved { resolveServices(d) }
+        // servicesResolvedAfterPairingMs: the pairing that made this link resolves them, after its reply.
+        let pairingResolves = devices[d].pairing != nil && faults.servicesResolvedAfterPairingMs != nil
+        if !resolved && !pairingResolves { resolveServices(d) }
         startUART(devices[d].peer)  // its stream, for sessions kept from the last connection
         if let ms = faults.dropLinkAfterMs {
             tasks.after(milliseconds: ms) { await self.linkDown(d, epoch: epoch, reason: .timeout) }
@@ -205,7 +207,7 @@ extension Engine {
     }
 
     /// UUIDs becomes the primary services (first time), then ServicesResolved=true.
-    private func resolveServices(_ d: Int) {
+    func resolveServices(_ d: Int) {
         if !devices[d].servicesResolvedOnce {
             devices[d].servicesResolvedOnce = true
             updateUUIDs(d)

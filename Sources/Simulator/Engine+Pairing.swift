@@ -184,7 +184,29 @@ extension Engine {
         guard let pairing = devices[d].pairing else { return }
         devices[d].pairing = nil
         bond(d, authenticated: authenticated)
+        resolveAfterPairing(d)
         reply(pairing.call)
+        if peripherals[devices[d].peer].faults.dropLinkAfterPairing, devices[d].link == .connected {
+            log("\(devices[d].address): ends the link after the pairing")
+            linkDown(d)
+        }
+    }
+
+    /// The servicesResolvedAfterPairingMs fault: once the pairing ended on a link that is up,
+    /// ServicesResolved is false (now, before the Pair reply) and true again that much later.
+    private func resolveAfterPairing(_ d: Int) {
+        guard let ms = peripherals[devices[d].peer].faults.servicesResolvedAfterPairingMs, devices[d].link == .connected else { return }
+        if devices[d].servicesResolved {
+            devices[d].servicesResolved = false
+            propertiesChanged(.device(d), Interface.device, ["ServicesResolved"])
+        }
+        let epoch = devices[d].linkEpoch
+        tasks.after(milliseconds: ms) { await self.resolvedAfterPairing(d, epoch: epoch) }
+    }
+
+    private func resolvedAfterPairing(_ d: Int, epoch: Int) {
+        guard devices[d].linkEpoch == epoch, devices[d].link == .connected, !devices[d].servicesResolved else { return }
+        resolveServices(d)
     }
 
     /// Pairing ends without success: an agent request still waiting gets Cancel() (agent_cancel),
@@ -194,6 +216,7 @@ extension Engine {
         devices[d].pairing = nil
         if pairing.asking != nil, let agent = pairing.agent { tell(agent, "Cancel") }
         log("\(devices[d].address): pairing failed: \(error.name)")
+        resolveAfterPairing(d)
         fail(pairing.call, error)
     }
 

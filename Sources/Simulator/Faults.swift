@@ -13,6 +13,7 @@ extension SimulatorConfiguration {
     ///   "connectDelayMs": 3000, "responseDelayMs": 500, "suppressConnectedSignal": true,
     ///   "servicesResolvedEarly": true, "outOfRange": true, "staleLink": true, "dropLinkAfterMs": 2000,
     ///   "lateServices": { "first": 2, "restAfterMs": 1500, "resolved": "between" }, "forgetGATT": true,
+    ///   "servicesResolvedAfterPairingMs": 300, "dropLinkAfterPairing": true,
     ///   "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
     ///                  { "handle": 13, "code": 3 } ] }
     /// ```
@@ -52,11 +53,21 @@ extension SimulatorConfiguration {
         public var forgetGATT: Bool
         /// The peripheral answers these ATT error codes.
         public var attErrors: [ATTError]
+        /// A pairing that ends with the link up leaves ServicesResolved false until this long
+        /// after the Pair reply, as bluetoothd 5.66 did in the lab when its Pair connected (a
+        /// refused authenticated read had dropped the link): Connected=true, Paired, the reply,
+        /// and ServicesResolved=true 0.02-0.14 s after it. On a link that had its services
+        /// resolved, they become unresolved just before the reply.
+        public var servicesResolvedAfterPairingMs: Int?
+        /// The link goes down right after a successful Pair's reply (a device that ends the
+        /// link once it has bonded).
+        public var dropLinkAfterPairing: Bool
 
         public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
                     suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, staleLink: Bool = false,
                     dropLinkAfterMs: Int? = nil,
-                    lateServices: LateServices? = nil, forgetGATT: Bool = false, attErrors: [ATTError] = []) {
+                    lateServices: LateServices? = nil, forgetGATT: Bool = false, attErrors: [ATTError] = [],
+                    servicesResolvedAfterPairingMs: Int? = nil, dropLinkAfterPairing: Bool = false) {
             self.connectError = connectError
             self.connectDelayMs = connectDelayMs
             self.responseDelayMs = responseDelayMs
@@ -68,11 +79,13 @@ extension SimulatorConfiguration {
             self.lateServices = lateServices
             self.forgetGATT = forgetGATT
             self.attErrors = attErrors
+            self.servicesResolvedAfterPairingMs = servicesResolvedAfterPairingMs
+            self.dropLinkAfterPairing = dropLinkAfterPairing
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink
-            case dropLinkAfterMs, lateServices, forgetGATT, attErrors
+            case dropLinkAfterMs, lateServices, forgetGATT, attErrors, servicesResolvedAfterPairingMs, dropLinkAfterPairing
         }
 
         public init(from decoder: any Decoder) throws {
@@ -89,6 +102,8 @@ extension SimulatorConfiguration {
             lateServices = try c.decodeIfPresent(LateServices.self, forKey: .lateServices)
             forgetGATT = try c.decode(.forgetGATT, default: false)
             attErrors = try c.decode(.attErrors, default: [])
+            servicesResolvedAfterPairingMs = try c.decodeInt(.servicesResolvedAfterPairingMs, default: nil, in: 0...600_000)
+            dropLinkAfterPairing = try c.decode(.dropLinkAfterPairing, default: false)
         }
 
         /// Parses the JSON given to `SetFault`.

@@ -148,6 +148,9 @@ let usage = """
         "servicesResolvedEarly": true, "outOfRange": true, "dropLinkAfterMs": 2000,
         "staleLink": true (in the kernel of the adapter that holds the link, every adapter
                            if none does; Connect there fails until that adapter powers off),
+        "servicesResolvedAfterPairingMs": 300 (a pairing that ends with the link up leaves
+                           ServicesResolved false until 300 ms after the Pair reply),
+        "dropLinkAfterPairing": true (the link goes down right after the Pair reply),
         "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
                        { "handle": 13, "operation": "any", "code": 3 } ] }
 

@@ -143,7 +143,7 @@ import Testing
         defer { sim.close() }
         await expectError("io.gattway.Simulator1.Error.UnknownDevice") { try await sim.setFault("00:00:00:00:00:00", "{}") }
         await expectError("io.gattway.Simulator1.Error.UnknownDevice") { try await sim.setFault("nonsense", "{}") }
-        await expectError("io.gattway.Simulator1.Error.InvalidArguments", "fault: connectDelay: unknown key (known keys: connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink, dropLinkAfterMs, lateServices, forgetGATT, attErrors)") {
+        await expectError("io.gattway.Simulator1.Error.InvalidArguments", "fault: connectDelay: unknown key (known keys: connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink, dropLinkAfterMs, lateServices, forgetGATT, attErrors, servicesResolvedAfterPairingMs, dropLinkAfterPairing)") {
             try await sim.setFault(Sim.hr, #"{"connectDelay": 5}"#)
         }
         await expectError("io.gattway.Simulator1.Error.InvalidArguments") { try await sim.setFault(Sim.hr, "{") }
@@ -209,5 +209,51 @@ import Testing
         try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Discovering", .bool(true)) }
         _ = try await sim.control("EndDiscovery", [])
         try await sim.signal(after: mark) { $0.changes(Sim.adapter, Interface.adapter, "Discovering", .bool(false)) }
+    }
+
+    /// As bluetoothd 5.66 in the lab when its Pair connected: Connected, Paired, the reply, and
+    /// ServicesResolved only after it.
+    @Test("servicesResolvedAfterPairingMs, on a link the Pair makes: ServicesResolved only that long after the reply")
+    func servicesResolvedAfterAPairThatConnects() async throws {
+        let sim = try await Sim.start()
+        defer { sim.close() }
+        try await sim.discover([Sim.secure])
+        try await sim.setFault(Sim.secure, #"{"servicesResolvedAfterPairingMs": 300}"#)
+        let secure = Sim.devicePath(Sim.secure)
+        let mark = sim.mark
+        try await sim.call(secure, Interface.device, "Pair")  // Just Works: no agent asked
+        let replied = ContinuousClock.now
+        #expect(try await sim.property(secure, Interface.device, "Connected") == .bool(true))
+        #expect(try await sim.property(secure, Interface.device, "Paired") == .bool(true))
+        #expect(try await sim.property(secure, Interface.device, "ServicesResolved") == .bool(false))
+        #expect(sim.signals(after: mark) { $0.changes(secure, Interface.device, "ServicesResolved") }.isEmpty)
+        try await sim.signal(after: mark) { $0.changes(secure, Interface.device, "ServicesResolved", .bool(true)) }
+        #expect(ContinuousClock.now - replied >= .milliseconds(250))
+    }
+
+    @Test("servicesResolvedAfterPairingMs, on a link with its services resolved: unresolved before the reply, resolved again later")
+    func servicesResolvedAgainAfterAPairOnAConnectedLink() async throws {
+        let sim = try await Sim.connected([Sim.secure])
+        defer { sim.close() }
+        try await sim.setFault(Sim.secure, #"{"servicesResolvedAfterPairingMs": 300}"#)
+        let secure = Sim.devicePath(Sim.secure)
+        let mark = sim.mark
+        try await sim.call(secure, Interface.device, "Pair")
+        #expect(sim.signals(after: mark) { $0.changes(secure, Interface.device, "ServicesResolved", .bool(false)) }.count == 1)
+        #expect(try await sim.property(secure, Interface.device, "ServicesResolved") == .bool(false))
+        try await sim.signal(after: mark) { $0.changes(secure, Interface.device, "ServicesResolved", .bool(true)) }
+        #expect(try await sim.property(secure, Interface.device, "Connected") == .bool(true))
+    }
+
+    @Test func dropLinkAfterPairingEndsTheLinkRightAfterTheReply() async throws {
+        let sim = try await Sim.connected([Sim.secure])
+        defer { sim.close() }
+        try await sim.setFault(Sim.secure, #"{"dropLinkAfterPairing": true}"#)
+        let secure = Sim.devicePath(Sim.secure)
+        let mark = sim.mark
+        try await sim.call(secure, Interface.device, "Pair")
+        #expect(try await sim.property(secure, Interface.device, "Paired") == .bool(true))
+        try await sim.signal(after: mark) { $0.changes(secure, Interface.device, "Connected", .bool(false)) }
+        #expect(try await sim.property(secure, Interface.device, "Connected") == .bool(false))
     }
 }
