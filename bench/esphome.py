@@ -21,7 +21,9 @@ gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`;
               counter), and when it saw those of 25 sample devices; one aioesphomeapi client,
               subscribed to raw advertisements, does the same with what the proxy sends. Over the
               window: delivered = the (address, counter) pairs the client got / those the
-              simulator signalled; latency = the client's arrival minus the D-Bus client's, for
+              simulator signalled (on the kernel path: / the Device Found frames it served, read
+              by a client of its management socket beside gattway's); latency = the client's
+              arrival minus the D-Bus client's (the kernel path: minus the frame's), for
               the samples (p50, p99; on the kernel path too the reference is the D-Bus signal,
               which the simulator sends with the frame). The proxy's batching is in it: up to 16
               a message or 100 ms; at 2 000 a second a batch fills in 8 ms, so an advertisement
@@ -179,7 +181,13 @@ def phase_stream(window, paths, devices=500, interval_ms=250):
                 log(f"  path={path} unavailable: {missing[path]}")
                 continue
             try:
-                r["paths"][path] = stream_window(st, rig, observer, samples, window, path, socket)
+                # The kernel path's reference is the frame the kernel hands on, not BlueZ's signal.
+                reference = observer
+                if path == "kernel":
+                    reference = Helper(st, "esphome-frames", "_frames", "--socket", socket, "--samples", ",".join(samples),
+                                       script=__file__)
+                    reference.get(30)
+                r["paths"][path] = stream_window(st, rig, reference, samples, window, path, socket)
             except (Unavailable, RuntimeError) as e:
                 if path != "kernel":
                     raise
@@ -374,6 +382,48 @@ async def role_observer(args):
             answer(pairs=state["pairs"], times=state["times"])
 
 
+async def role_frames(args):
+    """The kernel path's floor: every Device Found frame the simulator serves on its management
+    socket (a client of its own beside gattway), (address, counter) — the moment the kernel would
+    have handed the advertisement on, the reference of the kernel path's latency."""
+    import socket
+    import struct
+    import threading
+    samples = {address_int(a) for a in args.samples.split(",") if a}
+    state = {"on": False, "pairs": [], "times": {}}
+    lock = threading.Lock()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(args.socket)
+
+    def read():
+        while True:
+            frame = sock.recv(1024)
+            now = time.monotonic()
+            if not frame:
+                return
+            event, index, _ = struct.unpack_from("<HHH", frame)
+            if event != 0x0012 or index != 0:
+                continue
+            address = int.from_bytes(frame[6:12], "little")
+            length = struct.unpack_from("<H", frame, 6 + 12)[0]
+            counter = ad_counter(frame[6 + 14:6 + 14 + length])
+            with lock:
+                if state["on"] and counter is not None:
+                    state["pairs"].append((address, counter))
+                    if address in samples:
+                        state["times"][f"{address}:{counter}"] = now
+    threading.Thread(target=read, daemon=True).start()
+    answer(ready=True)
+    async for cmd in commands():
+        with lock:
+            if cmd["cmd"] == "start":
+                state.update(on=True, pairs=[], times={})
+                answer(ok=True)
+            elif cmd["cmd"] == "stop":
+                state["on"] = False
+                answer(pairs=state["pairs"], times=state["times"])
+
+
 def ad_counter(data):
     i = 0
     while i + 1 < len(data):
@@ -477,8 +527,9 @@ def helper_main(argv):
     p.add_argument("--port", type=int)
     p.add_argument("--samples", default="")
     p.add_argument("--device")
+    p.add_argument("--socket")
     args = p.parse_args(argv)
-    roles = {"_observer": role_observer, "_client": role_client, "_bleak": role_bleak, "_reader": role_reader}
+    roles = {"_observer": role_observer, "_frames": role_frames, "_client": role_client, "_bleak": role_bleak, "_reader": role_reader}
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         asyncio.run(roles[args.role](args))
 
