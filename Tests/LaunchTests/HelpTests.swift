@@ -28,7 +28,7 @@ import Testing
         let table = Set(Options.all.compactMap(\.environment))
         let words = Self.help.split { !($0.isLetter || $0 == "_") }.map(String.init)
         #expect(Set(words.filter { $0.hasPrefix("GATTWAY_") }) == table)
-        #expect(table.count == 17)
+        #expect(table.count == 19)
     }
 
     @Test func eachOptionIsDescribed() {
