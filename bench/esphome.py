@@ -372,14 +372,20 @@ async def role_observer(args):
                            member="AddMatch", signature="s",
                            body=["type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
                                  "arg0='org.bluez.Device1'"]))
+    await observe_commands(state)
+
+
+async def observe_commands(state, lock=contextlib.nullcontext()):
+    """An observer's commands: start (afresh) and stop (what it saw in between)."""
     answer(ready=True)
     async for cmd in commands():
-        if cmd["cmd"] == "start":
-            state.update(on=True, pairs=[], times={})
-            answer(ok=True)
-        elif cmd["cmd"] == "stop":
-            state["on"] = False
-            answer(pairs=state["pairs"], times=state["times"])
+        with lock:
+            if cmd["cmd"] == "start":
+                state.update(on=True, pairs=[], times={})
+                answer(ok=True)
+            elif cmd["cmd"] == "stop":
+                state["on"] = False
+                answer(pairs=state["pairs"], times=state["times"])
 
 
 async def role_frames(args):
@@ -413,15 +419,7 @@ async def role_frames(args):
                     if address in samples:
                         state["times"][f"{address}:{counter}"] = now
     threading.Thread(target=read, daemon=True).start()
-    answer(ready=True)
-    async for cmd in commands():
-        with lock:
-            if cmd["cmd"] == "start":
-                state.update(on=True, pairs=[], times={})
-                answer(ok=True)
-            elif cmd["cmd"] == "stop":
-                state["on"] = False
-                answer(pairs=state["pairs"], times=state["times"])
+    await observe_commands(state, lock)
 
 
 def ad_counter(data):
