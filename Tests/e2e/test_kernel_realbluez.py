@@ -13,6 +13,8 @@ each socket (lab/kernel_view.py gathers, this test judges):
 * REST and the sensors view agree with BlueZ's own properties of the same devices, and with the
   bytes; gattway's frame counters match btmon's count of the frames its socket was sent, none bad;
   BlueZ's Device1 signals are not read;
+* a link another client of BlueZ makes (busctl), twice, shows in REST up and down each time
+  (bluetoothd does not signal it up; the kernel's Device Connected and ServicesResolved tell it);
 * passive scanning: the proxy, asked for it, says active, and the controller was told to scan
   actively throughout (scan responses came). What the lab offers for it is printed: bluetoothd
   5.66 without --experimental has no AdvertisementMonitorManager1, but the kernel scans
@@ -169,18 +171,27 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
     # gattway's counters against btmon's record of what its socket was sent.
     m = result["metrics"]
     delivered = m['gattway_management_frames_total{outcome="delivered"}']
-    device_events = [f for f in frames if f[:2] in (b"\x12\x00", b"\x0b\x00", b"\x0c\x00") and f[2:4] == b"\x00\x00"]
+    device_events = [f for _, f, t in others if f[:2] in (b"\x12\x00", b"\x0b\x00", b"\x0c\x00") and f[2:4] == b"\x00\x00"
+                     and t <= result["metrics_at"]]
     assert result["discovery_ended"], "BlueZ's discovery did not end after DELETE /v1/watch"
     assert delivered == len(device_events), (m, len(device_events))
     assert m['gattway_management_frames_total{outcome="bad"}'] == 0, m
     assert m['gattway_dbus_properties_signals_total{interface="device"}'] == 0, m
+
+    # Another client's links, twice: shown up and down, though bluetoothd does not signal them up.
+    links = result["other_client"]
+    assert all(r["connect"]["rc"] == 0 and r["disconnect"]["rc"] == 0 for r in links), links
+    assert [(r["shown_connected"], r["shown_disconnected"]) for r in links] == [(True, True)] * 2, links
+    ups = [f for f, t in ((f, t) for _, f, t in others) if f[:4] == b"\x0b\x00\x00\x00" and t > result["metrics_at"]]
+    assert len(ups) == 2, [f.hex() for f in ups]
 
     # Passive scanning: asked for, the proxy says active, and the controller scanned actively.
     states = result["esphome"]["scanner_states"]
     assert result["esphome"]["answered_passive_request"], states
     assert all(s["mode"] == "ACTIVE" for s in states if s["after_passive_request"]), states
     settings = btsnoop.scan_settings(recs, 0)
-    with_gattway = [(k, v) for k, v, t in settings if t < probe["started_at"]]
+    # While gattway discovered (later, a Connect scans passively for its device).
+    with_gattway = [(k, v) for k, v, t in settings if t < result["metrics_at"]]
     assert ("parameters", "active") in with_gattway and ("parameters", "passive") not in with_gattway, settings
     after = [r for r in esphome[PERIPH] if r["after_passive_request"]]
     assert after, "no advertisement after the passive request"
@@ -209,7 +220,7 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
           f" AD types {sorted(f'0x{t:02x}' for t, _ in periph_structures)}; BTHome sensor at {', '.join(sensors)}:"
           f" {sum(len(esphome[a]) for a in sensors)} reports, read {measurements}; {compared} bytes compared, all equal;"
           f" {sum(len(esphome[a]) for a in devices)} reports through the proxy for {in_window} frames sent well inside its window; counters: delivered {delivered:.0f},"
-          f" bad 0, Device1 signals read 0; passive asked: proxy says active, controller scan 'active' only;"
+          f" bad 0, Device1 signals read 0; another client's link up and down twice, shown each time; passive asked: proxy says active, controller scan 'active' only;"
           f" AdvertisementMonitorManager1 on hci0: {'yes' if monitor else 'no'}; the kernel's monitor (0x0052): passive"
           f" scan, {len(monitored)} Advertisement Monitor Device Found in {during[1] - during[0]:.1f} s"
           f" ({len(periph_monitored)} of RB-Periph, handle 0, no scan response)")

@@ -183,8 +183,11 @@ async def esphome(periph, sensor_structure, seconds):
     await api.connect(login=False)
     reports, states = [], []
     heard = {"periph": asyncio.Event(), "sensor": asyncio.Event()}
+    ended = None
 
     def on_advertisements(batch):
+        if ended is not None:
+            return  # what came after the window's end is not counted
         for a in batch.advertisements:
             data = bytes(a.data)
             whose = "periph" if address(a.address) == periph else "sensor" if sensor_structure in data else None
@@ -218,6 +221,25 @@ async def esphome(periph, sensor_structure, seconds):
     return {"reports": reports, "scanner_states": states, "answered_passive_request": len(states) > told_before,
             "first_heard_after": round(first_after, 2), "subscribed_at": subscribed,
             "listening_at": states[0]["t"] if states else None, "ended_at": ended}
+
+
+def other_client_links(periph, rounds=2):
+    """Another client of BlueZ (busctl) connects RB-Periph and disconnects it, `rounds` times:
+    whether gattway's REST shows each link up and down (within 10 s). bluetoothd 5.66 was seen not
+    to signal Connected=true after such a Connect; the second time the device is engaged already."""
+    path = device_path("hci0", periph)
+
+    def state():
+        return http("GET", f"/v1/devices/{periph}")[1].get("state")
+
+    out = []
+    for _ in range(rounds):
+        connect = run(f"busctl call org.bluez {path} org.bluez.Device1 Connect", timeout=40)
+        up = bounded_wait(lambda: state() == "connected", 10)
+        disconnect = run(f"busctl call org.bluez {path} org.bluez.Device1 Disconnect", timeout=40)
+        down = bounded_wait(lambda: state() == "disconnected", 10)
+        out.append({"connect": connect, "shown_connected": bool(up), "disconnect": disconnect, "shown_disconnected": bool(down)})
+    return out
 
 
 def btmgmt(index, command):
@@ -366,7 +388,10 @@ def main():
         result["frames_until_discovery_ended"] = expected
         result["metrics"] = bounded_wait(lambda: (lambda m: m if expected is None or counted(m) >= expected else None)(metrics()), 10) \
             or metrics()
+        result["metrics_at"] = time.time()
         step("counted")
+        result["other_client"] = other_client_links(args.periph)
+        step("another client's links")
         result["gattway_exit"] = procs.stop("gattway")
         step("gattway stopped")
         result["passive"] = passive_facts("hci0")
