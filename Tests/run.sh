@@ -187,7 +187,7 @@ suite_realbluez() {
         $py -m pytest -v -s -p no:cacheprovider Tests/e2e/test_scenario.py Tests/e2e/test_pairing_realbluez.py \
         Tests/e2e/test_read_your_writes_realbluez.py Tests/e2e/test_serial_realbluez.py \
         Tests/e2e/test_esphome_realbluez.py Tests/e2e/test_adapters_realbluez.py \
-        Tests/e2e/test_peripheral_realbluez.py Tests/e2e/test_reliability_realbluez.py \
+        Tests/e2e/test_peripheral_realbluez.py Tests/e2e/test_kernel_realbluez.py Tests/e2e/test_reliability_realbluez.py \
         > "$log" 2>&1 || rc=$?
     grep -E '^\[realbluez\]|PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error|^events validated|^WebSocket replies validated|^types seen' "$log" || true
     if [ "$rc" -ne 0 ]; then

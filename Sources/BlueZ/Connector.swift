@@ -330,6 +330,12 @@ final class Connector: Sendable {
         case .properties(let p, let interface, let changed, _):
             waiters.check(path: p) { self.tree.properties(at: $0, BlueZ.deviceInterface) }
             if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool { connectionChanged(p, connected) }
+            // Services resolve over a link: when BlueZ never signalled it up (bluetoothd 5.66 often
+            // does not, for another client's Connect too; measured in the lab), it is read.
+            if interface == BlueZ.deviceInterface, changed["ServicesResolved"]?.bool == true,
+               tree.properties(at: p, BlueZ.deviceInterface)?["Connected"]?.bool != true {
+                Task { await refreshDevice(p) }
+            }
         }
         // Bluetooth became usable again (the adapter powered on, bluetoothd or the bus back):
         // kept devices waiting for their next attempt try now. Only on that transition: the

@@ -21,6 +21,7 @@ from conftest import Gateway, wait_for
 from esphome_client import ad_structures, address_int, connected, esphome_port
 
 BTHOME = "F0:00:00:00:00:06"
+HEART_RATE = "F0:00:00:00:00:01"
 
 
 def adapters(gw):
@@ -155,3 +156,35 @@ def test_bluez_device_signals_are_read_only_on_the_dbus_path(path):
         assert read == 0, f"{read} Device1 signals read on the kernel path"
     else:
         assert read >= 30, f"only {read} Device1 signals read on the D-Bus path"
+
+
+@pytest.mark.parametrize("path", ["kernel", "dbus"])
+def test_a_link_another_client_makes_shows_though_bluez_does_not_signal_it(path):
+    """Another client of BlueZ connects a device (Device1.Connect), twice. As real bluetoothd was
+    seen to do in the lab (test_kernel_realbluez.py's guest, a busctl Connect): the Connected=true
+    signal never comes, only ServicesResolved=true; Get says connected. The first time the
+    kernel's Device Connected engages the device and its properties are read; the second time it
+    is engaged already, so nothing but ServicesResolved tells gattway: it reads the device again
+    then. On the D-Bus path that signal is all there is, both times."""
+    gw = Gateway(["--simulate", "--no-watch", "--advertisements", "auto" if path == "kernel" else "dbus"])
+    device = f"/org/bluez/hci0/dev_{HEART_RATE.replace(':', '_')}"
+
+    def other_client(member):
+        out = subprocess.run(["dbus-send", "--bus=" + gw.bus, "--print-reply", "--dest=org.bluez", device,
+                              "org.bluez.Device1." + member], capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+
+    def state():
+        return gw.get(f"/v1/devices/{HEART_RATE}")[1].get("state")
+
+    try:
+        gw.discover(HEART_RATE)
+        assert adapters(gw)["hci0"] == path, adapters(gw)
+        gw.simulator("SetFault", "string:" + HEART_RATE, 'string:{"suppressConnectedSignal": true}')
+        for round in (1, 2):
+            other_client("Connect")
+            assert wait_for(lambda: state() == "connected", 5), (round, state())
+            other_client("Disconnect")
+            assert wait_for(lambda: state() == "disconnected", 5), (round, state())
+    finally:
+        gw.stop()

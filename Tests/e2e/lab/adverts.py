@@ -11,6 +11,7 @@ import dbus  # noqa: E402
 import dbus.mainloop.glib  # noqa: E402
 from gi.repository import GLib  # noqa: E402
 
+import advertising  # noqa: E402
 import peripheral  # noqa: E402  (the lab's: its Advertisement class; main() does not run)
 
 dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
@@ -20,25 +21,5 @@ advertisements = [peripheral.Advertisement(bus, f"/gattway/outage/adv{i}", "RB-P
 # introspection) would time out unanswered during a long one.
 while not os.path.exists(trigger):
     time.sleep(0.01)
-adapter = bus.get_object("org.bluez", "/org/bluez/" + adapter_name, introspect=False)
-left = [len(advertisements)]
-
-
-def registered(*_):
-    left[0] -= 1
-    if left[0] == 0:
-        with open(ready + ".tmp", "w") as f:
-            f.write(f"{time.time():.6f}\n")
-        os.rename(ready + ".tmp", ready)
-
-
-def failed(error):
-    print("RegisterAdvertisement:", error, flush=True)
-    os._exit(1)
-
-
-for advertisement in advertisements:
-    adapter.RegisterAdvertisement(advertisement.path, dbus.Dictionary({}, signature="sv"), signature="oa{sv}",
-                                  dbus_interface="org.bluez.LEAdvertisingManager1",
-                                  reply_handler=registered, error_handler=failed)
+advertising.register(bus, adapter_name, advertisements, ready)
 GLib.MainLoop().run()
