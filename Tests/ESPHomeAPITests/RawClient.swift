@@ -8,29 +8,30 @@ final class RawClient {
 
     /// - Parameter receiveBuffer: SO_RCVBUF before connecting (a small one makes a client that
     ///   does not read fill the server's buffer soon).
-    init(port: UInt16, receiveBuffer: Int32? = nil) {
+    init(port: UInt16, host: UInt32 = 0x7F00_0001, receiveBuffer: Int32? = nil) {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         if var size = receiveBuffer {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let connected = Self.connect(fd, port: port)
+        let connected = Self.connect(fd, host: host, port: port)
         precondition(connected == 0, "connect: \(errno)")
     }
 
-    /// Whether a connection to `port` on loopback is refused: nothing listens there.
-    static func isRefused(port: UInt16) -> Bool {
+    /// Whether a connection to `port` on loopback (`host`, 127.0.0.1 by default) is refused:
+    /// nothing listens there.
+    static func isRefused(port: UInt16, host: UInt32 = 0x7F00_0001) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
-        return connect(fd, port: port) != 0 && errno == ECONNREFUSED
+        return connect(fd, host: host, port: port) != 0 && errno == ECONNREFUSED
     }
 
-    private static func connect(_ fd: Int32, port: UInt16) -> Int32 {
+    private static func connect(_ fd: Int32, host: UInt32, port: UInt16) -> Int32 {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        address.sin_addr.s_addr = host.bigEndian
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
