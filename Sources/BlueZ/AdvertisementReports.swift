@@ -147,13 +147,13 @@ final class AdvertisementReports: Sendable {
     /// "hci0"… for the first controllers, made once (not at every advertisement).
     private static let adapterNames: [Substring] = (0..<16).map { Substring("hci\($0)") }
 
-    private static func adapterName(_ controller: UInt16) -> Substring {
+    static func adapterName(_ controller: UInt16) -> Substring {
         Int(controller) < adapterNames.count ? adapterNames[Int(controller)] : Substring("hci\(controller)")
     }
 
     /// A device heard by the kernel first: as BlueZ has it, if it does, else from the event alone.
     private func fresh(_ found: DeviceFound, adapter: Substring) -> PeripheralInfo {
-        if let path = index.adapterPaths().first(where: { $0.lastElement == adapter })?.child(BlueZ.pathElement(found.address)),
+        if let path = index.devicePath(found.address, onAdapter: adapter),
            let props = tree.properties(at: path, BlueZ.deviceInterface), var info = DeviceProperties.peripheral(props, lastSeen: nil) {
             info.advertisement = AdvertisementData(localName: info.advertisement.localName)
             return info

@@ -118,6 +118,12 @@ final class GATTIndex: Sendable {
         }
     }
 
+    /// Where BlueZ puts the device's object on the adapter in use named `adapter`, whether or not
+    /// the object is there yet; nil when no such adapter is in use.
+    func devicePath(_ id: BluetoothAddress, onAdapter adapter: Substring) -> ObjectPath? {
+        adapterPaths().first { $0.lastElement == adapter }?.child(BlueZ.pathElement(id))
+    }
+
     /// The device's object: the one whose link is up, else the first adapter's that knows it; or
     /// `unknownDevice`.
     func devicePath(_ id: BluetoothAddress) throws(BLEError) -> ObjectPath {

@@ -51,8 +51,8 @@ final class KernelAdvertisements: Sendable {
             case .deviceConnected(let connected):
                 // A link this side did not ask for (a remote central, another client): BlueZ's
                 // signals about it are read from now on.
-                guard let path = link.index.adapterPaths().first(where: { $0.lastElement == "hci\(connected.controller.rawValue)" })?
-                    .child(BlueZ.pathElement(connected.address)) else { return }
+                guard let path = link.index.devicePath(connected.address,
+                                                       onAdapter: AdvertisementReports.adapterName(connected.controller.rawValue)) else { return }
                 Task { await link.engage(path) }
             case .deviceDisconnected:
                 break  // BlueZ's Connected=false of an engaged device tells it.
