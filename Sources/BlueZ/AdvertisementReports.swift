@@ -37,10 +37,9 @@ final class AdvertisementReports: Sendable {
 
         /// The key of BlueZ's device object at `path` (/org/bluez/hciN/dev_…).
         init?(_ path: ObjectPath) {
-            guard let adapter = path.parent, adapter.lastElement.hasPrefix("hci"),
-                  let controller = UInt16(adapter.lastElement.dropFirst(3)),
+            guard let adapter = path.parent, let controller = ControllerIndex(adapterName: String(adapter.lastElement)),
                   let address = BlueZ.address(pathElement: path.lastElement) else { return nil }
-            self.init(controller: controller, address: address)
+            self.init(controller: controller.rawValue, address: address)
         }
     }
 
