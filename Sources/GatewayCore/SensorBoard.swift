@@ -77,7 +77,11 @@ package final class SensorBoard: Sendable {
 
     /// Takes what the central says of a device; its reading, if it advertises one.
     @discardableResult
-    package func hear(_ info: PeripheralInfo) -> Current? {
+    package func hear(_ info: PeripheralInfo) -> Current? { hearing(info).current }
+
+    /// As `hear`, and whether the reading is a changed one, published now as an `Update` that
+    /// every `sensor` event stream gets: a caller that publishes readings itself leaves that one to the event.
+    package func hearing(_ info: PeripheralInfo) -> (current: Current?, changed: Bool) {
         let heard = info.lastSeen ?? Date()
         let (current, update) = state.withLock { s -> (Current?, Update?) in
             if var entry = s.entries[info.id] {
@@ -101,7 +105,7 @@ package final class SensorBoard: Sendable {
             return (Current(reading: reading, heard: heard), Update(device: info.id, reading: reading, rssi: info.rssi, changed: changed))
         }
         if let update { publish(update) }
-        return current
+        return (current, update?.changed == true)
     }
 
     /// Devices kept.

@@ -276,7 +276,8 @@ public final class Bridge: Sendable {
             } else if quiet > forgetAfter.inSeconds {
                 continue
             }
-            guard let current = gateway.sensors.hear(info) else { continue }
+            // A changed reading found here goes out as its `sensor` event, queued behind this sweep.
+            guard case (let current?, false) = gateway.sensors.hearing(info) else { continue }
             publishReading(info, current, rssi: info.rssi)
             announce(info.id, name: info.name, reading: current.reading)
         }

@@ -307,6 +307,31 @@ final class RecordingBroker: MessageBroker {
         await bridge.stop()
     }
 
+    @Test func aReadingTheSweepFindsNewGoesOutOnceNotAlsoAsItsEvent() async throws {
+        // The listing can be ahead of the sensor board (the central lists what it heard before its
+        // event reached the board): the sweep's hearing makes the reading's `sensor` event, and
+        // must leave its publishing to that event (it went out twice, seen in the e2e test).
+        let central = FakeCentral()
+        let broker = RecordingBroker()
+        let sensor = BluetoothAddress("A4:C1:38:00:00:01")!
+        central.list([PeripheralInfo(id: sensor, addressType: "public", name: "Thermo", rssi: -61, lastSeen: Date(), state: .disconnected,
+                                     paired: false, advertisement: AdvertisementData(serviceData: [BluetoothUUID(uint16: 0xFCD2): [0x40, 0x02, 0xC4, 0x09]]))])
+        let bridge = Bridge(gateway: Gateway(central: central, version: "test"), broker: broker,
+                            topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), log: { _ in })
+        bridge.start()
+        bridge.brokerConnected()
+        let topic = "gattway/gw/sensors/A4:C1:38:00:00:01"
+        #expect(await eventually { !broker.on(topic).isEmpty })
+        // Another device's advertisement, behind anything the sweep queued: once its presence is
+        // out, the reading's event (if any) has been handled too.
+        let other = PeripheralInfo(id: BluetoothAddress("5A:00:00:00:00:01")!, addressType: "random", name: nil, rssi: -70, lastSeen: Date(),
+                                   state: .disconnected, paired: false, advertisement: AdvertisementData())
+        _ = central.handler(.advertisement(other))
+        #expect(await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty })
+        #expect(broker.on(topic).count == 1, "\(broker.on(topic).map(\.text))")
+        await bridge.stop()
+    }
+
     @Test func withoutExpiryNoConfigSaysExpireAfter() throws {
         var measurements = Measurements()
         measurements.add("temperature", Measurement(.number(21.5), unit: "°C"))

@@ -415,9 +415,10 @@ def test_dashboard_peripheral_view_serves_a_service_and_logs_what_a_central_does
         page.locator("#advertise-adapter").select_option("hci0")
         page.get_by_role("button", name="Start advertising").click()
         advertisement = page.locator("#advertisements li").first
+        expect(advertisement.locator(".badge")).to_have_text("on air")
+        # Read only once the page shows it on air: the click's request may still be on its way before.
         first_ad = gw.get("/v1/peripheral")[1]["advertisements"][0]["id"]  # the stack's numbers: ids as it gives them
         expect(advertisement.locator(".name")).to_have_text(f'#{first_ad} "gattway-demo" · {PERIPHERAL_SERVICE}')
-        expect(advertisement.locator(".badge")).to_have_text("on air")
         expect(hci0).to_have_text(re.compile(r"^advertisements: 1 running, \d+ more possible$"))
 
         # gattway's own central on hci1, through REST, as a phone would.
