@@ -98,4 +98,18 @@ extension AdvertisementData {
             && lhs.serviceData == rhs.serviceData && lhs.txPowerLevel == rhs.txPowerLevel && lhs.isConnectable == rhs.isConnectable
             && lhs.flags == rhs.flags && lhs.otherStructures == rhs.otherStructures && lhs.raw == rhs.raw
     }
+
+    /// What `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(raw)
+        hasher.combine(localName)
+        hasher.combine(isConnectable)
+        guard raw == nil else { return }
+        hasher.combine(serviceUUIDs)
+        hasher.combine(manufacturerData)
+        hasher.combine(serviceData)
+        hasher.combine(txPowerLevel)
+        hasher.combine(flags)
+        hasher.combine(otherStructures)
+    }
 }

@@ -42,6 +42,15 @@ public struct BluetoothLERawAdvertisement: TabledMessage {
     public static var fields: [Field<Self>] {
         [.uint64(1, \.address), .sint32(2, \.rssi), .uint32(3, \.addressType), .bytes(4, \.data)]
     }
+
+    /// The table's fields, written directly: one goes out for every advertisement heard, and the
+    /// table (made anew at each use, its key paths resolved at run time) cost more than the rest.
+    public func encode(to writer: inout ProtoWriter) {
+        writer.uint64(1, address)
+        writer.sint32(2, rssi)
+        writer.uint32(3, addressType)
+        writer.bytes(4, data)
+    }
 }
 
 /// Advertisements in a batch.
@@ -53,6 +62,11 @@ public struct BluetoothLERawAdvertisementsResponse: APIMessage {
     public init(advertisements: [BluetoothLERawAdvertisement]) { self.advertisements = advertisements }
 
     public static var fields: [Field<Self>] { [.messages(1, \.advertisements)] }
+
+    /// As the table says, without it (see `BluetoothLERawAdvertisement.encode`).
+    public func encode(to writer: inout ProtoWriter) {
+        writer.messages(1, advertisements)
+    }
 }
 
 /// What `BluetoothDeviceRequest` asks for.

@@ -16,8 +16,8 @@ import Synchronization
 /// The bind keys can be replaced while it runs (SIGHUP): each device's advertisement is then
 /// decoded again when next heard or listed.
 ///
-/// Bounded: at most `limit` devices are kept (non-sensors too, so that their advertisements are
-/// not decoded again at every listing); past it the one heard longest ago makes room.
+/// Bounded: at most `limit` devices are kept (a device no decoder would look at is kept only
+/// once it was a sensor); past it the one heard longest ago makes room.
 package final class SensorBoard: Sendable {
     package static let limit = 4096
 
@@ -83,6 +83,8 @@ package final class SensorBoard: Sendable {
     /// every `sensor` event stream gets: a caller that publishes readings itself leaves that one to the event.
     package func hearing(_ info: PeripheralInfo) -> (current: Current?, changed: Bool) {
         let heard = info.lastSeen ?? Date()
+        // Most advertisements are no sensor's: those of devices never seen as one go no further.
+        let mayDecode = Sensors.mayDecode(info.advertisement)
         let (current, update) = state.withLock { s -> (Current?, Update?) in
             if var entry = s.entries[info.id] {
                 guard heard >= entry.heard else { return (entry.reading.map { Current(reading: $0, heard: entry.heard) }, nil) }
@@ -91,6 +93,8 @@ package final class SensorBoard: Sendable {
                     s.entries[info.id] = entry
                     return (entry.reading.map { Current(reading: $0, heard: heard) }, nil)
                 }
+            } else if !mayDecode {
+                return (nil, nil)
             } else if s.entries.count >= Self.limit, let oldest = s.entries.min(by: { $0.value.heard < $1.value.heard })?.key {
                 s.entries[oldest] = nil
             }

@@ -17,6 +17,21 @@ public enum Sensors {
         IBeacon(),
     ]
 
+    /// The service data UUIDs and company identifiers some decoder reads.
+    private static let serviceDataUUIDs = Set(decoders.compactMap { d -> BluetoothUUID? in
+        if case .serviceData(let uuid) = d.source { BluetoothUUID(uint16: uuid) } else { nil }
+    })
+    private static let companies = Set(decoders.compactMap { d -> UInt16? in
+        if case .manufacturerData(let company) = d.source { company } else { nil }
+    })
+
+    /// Whether some decoder would look at `advertisement` (`decode` may still find nothing):
+    /// cheaper than decoding, for the many advertisements that are no sensor's.
+    public static func mayDecode(_ advertisement: AdvertisementData) -> Bool {
+        advertisement.serviceData.keys.contains(where: serviceDataUUIDs.contains)
+            || advertisement.manufacturerData.keys.contains(where: companies.contains)
+    }
+
     /// The reading of the first decoder that recognises its payload in `advertisement`, or nil.
     /// `address` is the advertiser's: the BTHome and MiBeacon encryption nonces contain it, and
     /// MiBeacon frames that carry another device's address are refused; nil when unknown.

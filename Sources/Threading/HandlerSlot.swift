@@ -7,13 +7,17 @@ import Synchronization
 /// on every call, so each call nests deeper than the last and after some 100 000 calls the stack
 /// overflows (FIELD-NOTES; gattway died that way after ~15 000 events). Here the closure lives in
 /// an immutable box: the lock only hands out the box's reference.
+///
+/// `callAsFunction` is inlinable, so that callers in other modules get it specialised: the
+/// generic one looked up the box's type metadata at every call (a hash lookup under a lock, one
+/// call per advertisement heard).
 public final class HandlerSlot<Argument>: Sendable {
-    private final class Box: Sendable {
-        let handler: @Sendable (Argument) -> Void
+    @usableFromInline final class Box: Sendable {
+        @usableFromInline let handler: @Sendable (Argument) -> Void
         init(_ handler: @escaping @Sendable (Argument) -> Void) { self.handler = handler }
     }
 
-    private let box = Mutex<Box?>(nil)
+    @usableFromInline let box = Mutex<Box?>(nil)
 
     public init() {}
 
@@ -24,7 +28,7 @@ public final class HandlerSlot<Argument>: Sendable {
     }
 
     /// Calls the handler, outside the slot's lock; false when none is set.
-    @discardableResult
+    @discardableResult @inlinable
     public func callAsFunction(_ argument: Argument) -> Bool {
         guard let current = box.withLock({ $0 }) else { return false }
         current.handler(argument)

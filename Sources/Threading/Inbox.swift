@@ -7,15 +7,20 @@ import Synchronization
 /// Posting never waits for the thread. A post that asks to wake it does so once: until the
 /// thread next takes its inbox, further posts add to what it will find, so a burst of posts costs
 /// one wake-up.
+///
+/// `post` and `take` are inlinable, so that callers in other modules get them specialised (the
+/// generic ones looked up type metadata at every call).
 public final class Inbox<Contents: Sendable>: Sendable {
-    private struct State {
-        var contents: Contents
+    @usableFromInline struct State {
+        @usableFromInline var contents: Contents
         /// Woken, and the inbox not taken since.
-        var woken = false
+        @usableFromInline var woken = false
+
+        init(contents: Contents) { self.contents = contents }
     }
 
-    private let state: Mutex<State>
-    private let wake = DispatchSemaphore(value: 0)
+    @usableFromInline let state: Mutex<State>
+    @usableFromInline let wake = DispatchSemaphore(value: 0)
 
     public init(_ contents: Contents) {
         state = Mutex(State(contents: contents))
@@ -23,6 +28,7 @@ public final class Inbox<Contents: Sendable>: Sendable {
 
     /// Changes the contents (bounded as the caller bounds them); wakes the thread when `change`
     /// returns true, unless it is woken already.
+    @inlinable
     public func post(_ change: (inout Contents) -> Bool) {
         let signal = state.withLock { s -> Bool in
             guard change(&s.contents), !s.woken else { return false }
@@ -34,6 +40,7 @@ public final class Inbox<Contents: Sendable>: Sendable {
 
     /// On the thread: `body` takes what it wants of the contents; what is posted after asks
     /// for a wake-up again.
+    @inlinable
     public func take<T>(_ body: (inout Contents) -> T) -> T {
         state.withLock { s in
             s.woken = false

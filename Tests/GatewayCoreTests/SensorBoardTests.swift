@@ -33,6 +33,19 @@ import GatewayTesting
 
     /// New keys (SIGHUP) apply to an advertisement already heard: the next time it is heard or
     /// listed it is decoded again, and the change is published.
+    /// A device no decoder would read is not kept; one that was a sensor is, and its reading goes
+    /// when its advertisement stops being one.
+    @Test func onlySensorsAreKeptAndOneThatStopsLosesItsReading() {
+        let board = SensorBoard(keys: SensorKeys()) { _ in }
+        var other = bthome(BluetoothAddress("5A:00:00:00:00:01")!, "")
+        other.advertisement = AdvertisementData(manufacturerData: [0xFFFF: [1, 2]])
+        #expect(board.hear(other) == nil && board.count == 0)
+        #expect(board.hear(bthome(thermometer, "40 0001 02C409"))?.reading.format == .bthome && board.count == 1)
+        var plain = bthome(thermometer, "")
+        plain.advertisement = AdvertisementData(manufacturerData: [0xFFFF: [1, 2]])
+        #expect(board.hear(plain) == nil && board.count == 1)
+    }
+
     @Test func replacedKeysDecodeWhatWasHeard() throws {
         let published = Published()
         let board = SensorBoard(keys: SensorKeys()) { update in published.updates.withLock { $0.append(update) } }

@@ -165,6 +165,14 @@ let rawPayloads: [(String, AdvertisementData, BluetoothAddress?)] = [
     func specificationExample(vector: Vector) throws {
         let reading = try #require(Sensors.decode(vector.advertisement, address: vector.address))
         #expect(reading == vector.reading)
+        // The sensor board asks this first: every advertisement a decoder reads must pass it.
+        #expect(Sensors.mayDecode(vector.advertisement))
+    }
+
+    @Test func advertisementsNoDecoderReadsAreToldApartCheaply() {
+        #expect(!Sensors.mayDecode(AdvertisementData()))
+        #expect(!Sensors.mayDecode(AdvertisementData(manufacturerData: [0xFFFF: [0]], serviceData: [BluetoothUUID(uint16: 0x180F): [100]])))
+        #expect(Sensors.mayDecode(AdvertisementData(manufacturerData: [0xFFFF: [0], 0x004C: []])))
     }
 
     @Test(arguments: rawPayloads)
