@@ -1,5 +1,6 @@
 // Linux things Swift's Glibc module does not export: epoll and eventfd (the ESPHome API's socket
-// thread, the management channel's reader), and the Bluetooth management socket (Management).
+// thread, the management channel's reader), recvmmsg (declared by glibc only under _GNU_SOURCE),
+// and the Bluetooth management socket (Management).
 // Nothing is linked (they are in libc).
 #ifndef GATTWAY_CLINUX_SHIM_H
 #define GATTWAY_CLINUX_SHIM_H
@@ -7,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 // The kernel's Bluetooth socket ABI, written here rather than taken from libbluetooth-dev (not a
 // build dependency for four numbers and a struct; they are stable kernel ABI).
@@ -36,5 +39,16 @@ static inline int gw_bind_hci_control(int fd) {
     address.hci_dev = GW_HCI_DEV_NONE;
     address.hci_channel = GW_HCI_CHANNEL_CONTROL;
     return bind(fd, (const struct sockaddr *)&address, sizeof(address));
+}
+
+// recvmmsg(2)'s struct mmsghdr (stable kernel ABI).
+struct gw_mmsghdr {
+    struct msghdr msg_hdr;
+    unsigned int msg_len;
+};
+
+/// Reads up to `count` datagrams in one call, without waiting; the number read (-1, errno set).
+static inline int gw_recvmmsg(int fd, struct gw_mmsghdr *messages, unsigned int count) {
+    return (int)syscall(SYS_recvmmsg, fd, messages, count, MSG_DONTWAIT, (void *)0);
 }
 #endif

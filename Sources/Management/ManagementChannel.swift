@@ -32,6 +32,17 @@ public final class ManagementChannel: Sendable {
         public var readErrors = 0
 
         public init() {}
+
+        mutating func add(_ other: Counters) {
+            frames += other.frames
+            delivered += other.delivered
+            badFrames += other.badFrames
+            droppedAdvertisingData += other.droppedAdvertisingData
+            otherControllers += other.otherControllers
+            classicDevices += other.classicDevices
+            otherEvents += other.otherEvents
+            readErrors += other.readErrors
+        }
     }
 
     private let reader: Reader
@@ -156,9 +167,9 @@ extension ManagementChannel {
 
         func run() {
             thread.withLock { $0 = pthread_self() }
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Frame.maxSize, alignment: 8)
+            let buffers = Buffers()
             defer {
-                buffer.deallocate()
+                buffers.deallocate()
                 if closeOnExit.load(ordering: .relaxed) { closeDescriptors() }
             }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
@@ -169,7 +180,7 @@ extension ManagementChannel {
                 }
                 if fds[1].revents != 0 { return }
                 if fds[0].revents & Int16(POLLIN) != 0 {
-                    if let reason = drain(buffer) { return end(reason) }
+                    if let reason = drain(buffers) { return end(reason) }
                     // Under a stream of advertisements, a wake-up (poll, a read that finds
                     // nothing, two context switches) for every frame costs more than the frame:
                     // the frames of the next few milliseconds are read together. A lone frame
@@ -188,12 +199,73 @@ extension ManagementChannel {
             ended(reason)
         }
 
-        /// Reads frames until none is left; why the socket ended, if it did.
-        private func drain(_ buffer: UnsafeMutableRawBufferPointer) -> String? {
+        /// Where `recvmmsg` puts the frames of one call: `count` buffers of a whole frame's size
+        /// (address space; only what frames fill is touched).
+        final class Buffers {
+            static let count = 16
+            let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: Frame.maxSize * count, alignment: 8)
+            let iovecs = UnsafeMutablePointer<iovec>.allocate(capacity: count)
+            let headers = UnsafeMutablePointer<gw_mmsghdr>.allocate(capacity: count)
+            /// The events of one call's frames, handed on once all are counted.
+            var events: [ManagementEvent] = []
+
+            init() {
+                for i in 0..<Self.count {
+                    iovecs[i] = iovec(iov_base: memory.baseAddress! + i * Frame.maxSize, iov_len: Frame.maxSize)
+                    headers[i] = gw_mmsghdr()
+                }
+                events.reserveCapacity(Self.count)
+            }
+
+            /// Ready for a call: each header points at its buffer, as long as a frame.
+            func reset() {
+                for i in 0..<Self.count {
+                    headers[i].msg_hdr = msghdr()
+                    headers[i].msg_hdr.msg_iov = iovecs + i
+                    headers[i].msg_hdr.msg_iovlen = 1
+                }
+            }
+
+            func frame(_ i: Int) -> UnsafeRawBufferPointer {
+                UnsafeRawBufferPointer(start: iovecs[i].iov_base, count: Int(headers[i].msg_len))
+            }
+
+            func deallocate() {
+                memory.deallocate()
+                iovecs.deallocate()
+                headers.deallocate()
+            }
+        }
+
+        /// Reads frames until none is left, up to `Buffers.count` a call; why the socket ended,
+        /// if it did.
+        private func drain(_ buffers: Buffers) -> String? {
             while !isStopping {
-                let count = recv(fd, buffer.baseAddress, buffer.count, 0)
+                buffers.reset()
+                let count = gw_recvmmsg(fd, buffers.headers, UInt32(Buffers.count))
                 if count > 0 {
-                    handle(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+                    let wanted = controllers.withLock { $0 }
+                    var tally = Counters()
+                    var closedAtTheOtherEnd = false
+                    buffers.events.removeAll(keepingCapacity: true)
+                    for i in 0..<Int(count) {
+                        // An empty datagram is the end of a stream socket's peer, as recv's 0 is.
+                        if buffers.headers[i].msg_len == 0 {
+                            closedAtTheOtherEnd = true
+                            break
+                        }
+                        if let event = take(buffers.frame(i), controllers: wanted, counters: &tally) { buffers.events.append(event) }
+                    }
+                    // Counted before they are handed on: a handler sees counters that include its event.
+                    counters.withLock { $0.add(tally) }
+                    for event in buffers.events {
+                        // The handler may have closed the channel: nothing more after that.
+                        guard !isStopping else { return nil }
+                        handler(event)
+                    }
+                    if closedAtTheOtherEnd { return "closed at the other end" }
+                    // Fewer than asked: none was left at that moment (poll tells of the next).
+                    if Int(count) < Buffers.count { return nil }
                     continue
                 }
                 if count == 0 { return "closed at the other end" }
@@ -211,33 +283,34 @@ extension ManagementChannel {
             return nil
         }
 
-        /// One frame: parsed, filtered, counted, handed on.
-        private func handle(_ frame: UnsafeRawBufferPointer) {
+        /// One frame: parsed, filtered, counted (into `counters`); the event to hand on, if any.
+        private func take(_ frame: UnsafeRawBufferPointer, controllers: Set<ControllerIndex>,
+                          counters c: inout Counters) -> ManagementEvent? {
+            c.frames += 1
             let event: Event
             do {
                 event = try Event(parsing: frame)
             } catch {
-                let bad = counters.withLock { c -> Int in
-                    c.frames += 1
-                    c.badFrames += 1
-                    return c.badFrames
-                }
+                c.badFrames += 1
+                let bad = counters.withLock { $0.badFrames } + c.badFrames
                 if isPowerOfTen(bad) { log("management socket: dropped a frame (\(bad) so far): \(error)") }
-                return
+                return nil
             }
             guard let device = ManagementEvent(event) else {
-                return counters.withLock { $0.frames += 1; $0.otherEvents += 1 }
+                c.otherEvents += 1
+                return nil
             }
-            let wanted = controllers.withLock { $0.contains(device.controller) }
-            let deliver = counters.withLock { c -> Bool in
-                c.frames += 1
-                guard wanted else { c.otherControllers += 1; return false }
-                guard device.addressType != .bredr else { c.classicDevices += 1; return false }
-                if device.advertisingDataDropped { c.droppedAdvertisingData += 1 }
-                c.delivered += 1
-                return true
+            guard controllers.contains(device.controller) else {
+                c.otherControllers += 1
+                return nil
             }
-            if deliver { handler(device) }
+            guard device.addressType != .bredr else {
+                c.classicDevices += 1
+                return nil
+            }
+            if device.advertisingDataDropped { c.droppedAdvertisingData += 1 }
+            c.delivered += 1
+            return device
         }
 
         /// 1, 10, 100, ...: when to log a count that may grow fast.
