@@ -240,3 +240,15 @@ def test_an_adapter_plugged_in_later_is_read_from_the_kernel_and_one_pulled_out_
         sim.stop()
         os.remove(config)
 
+
+@pytest.mark.parametrize("path", ["kernel", "dbus"])
+def test_an_adapter_not_in_use_has_no_advertisements_read(path):
+    """--adapter hci0 of two: gattway reads none of hci1's advertisements, on either path."""
+    from test_adapters import configuration
+    config = configuration()
+    gw = Gateway(["--simulate", config, "--adapter", "hci0", "--advertisements", "auto" if path == "kernel" else "dbus"])
+    try:
+        assert adapters(gw) == {"hci0": path, "hci1": "none"}
+    finally:
+        gw.stop()
+        os.remove(config)
