@@ -1,7 +1,7 @@
 /// A controller the kernel came to have (set up and configured), or lost: Index Added (0x0004) or
 /// Index Removed (0x0005), for that controller and without parameters (mgmt-api.txt). The kernel
-/// sends them to every socket that read its list with Read Controller Index List, before bluetoothd
-/// (told the same way) exports or withdraws the adapter.
+/// sends them to every socket of the control channel from its bind (hci_sock.c enables them there),
+/// bluetoothd's among them, which exports or withdraws the adapter once told.
 public enum IndexEvent: Sendable, Equatable {
     case added(ControllerIndex)
     case removed(ControllerIndex)

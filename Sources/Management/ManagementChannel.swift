@@ -7,7 +7,8 @@ import Threading
 /// The kernel's Bluetooth management socket, read on a thread of its own: every device event of
 /// an LE device for the controllers in use goes, parsed, to the handler (`ManagementEvent`: an
 /// advertisement with its scan response as the controller reported it, a link up, a link down).
-/// Frames that do not fit the format are dropped and counted, never handed on.
+/// Frames that do not fit the format are dropped and counted, never handed on. The controllers
+/// the kernel has are kept current from its Index Added and Index Removed events.
 ///
 /// `open` opens the kernel's socket; `init(reading:)` reads any descriptor that delivers one
 /// frame per read (a socketpair in tests, the simulator's stream).
