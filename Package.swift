@@ -118,7 +118,7 @@ let package = Package(
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "CMicroHTTPD"]),
         // Sensors decodes what the simulator's sensors advertise.
         .testTarget(name: "SimulatorTests", dependencies: ["Simulator", "DBus", "BLE", "Sensors", "Management", "Sockets"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BLE", "Threading", "Simulator", "Management"]),
         .testTarget(name: "AccessTests", dependencies: ["Access", "HTTPServer"]),
         .testTarget(name: "LaunchTests", dependencies: ["Launch", "Access", "BLE"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT"]),

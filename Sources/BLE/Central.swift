@@ -33,7 +33,7 @@ public struct AdapterInfo: Sendable, Equatable {
     public var connections: Int
     /// The most links it took at once when it refused another (BlueZ tells no limit before).
     public var connectionLimit: Int?
-    /// Where its advertisements come from.
+    /// Where its advertisements come from (`.none` when it is not in use).
     public var advertisements: AdvertisementPath
 
     public init(id: String, address: BluetoothAddress?, name: String?, alias: String?, powered: Bool,
@@ -100,6 +100,8 @@ public enum AdvertisementPath: String, Sendable, Equatable {
     case kernel
     /// The stack's own reports (BlueZ's D-Bus signals): the fields it parsed.
     case dbus
+    /// None are read: the adapter is not one this gateway uses.
+    case none
 }
 
 /// One adapter that hears a device.

@@ -396,7 +396,8 @@ public final class BlueZCentral: Central {
         guard let c = kernel.counters else { return [] }
         let help = "Management-socket frames read, by what became of them."
         return [("delivered", c.delivered), ("bad", c.badFrames), ("ad_dropped", c.droppedAdvertisingData),
-                ("other_controller", c.otherControllers), ("classic", c.classicDevices), ("other_event", c.otherEvents)].map {
+                ("other_controller", c.otherControllers), ("classic", c.classicDevices), ("controller", c.controllerEvents),
+                ("other_event", c.otherEvents)].map {
             CentralMetric("gattway_management_frames_total", help, .counter, labels: [("outcome", $0.0)], Double($0.1))
         }
     }

@@ -344,7 +344,7 @@ final class BusLink: Sendable {
                     name: props["Name"]?.string, alias: props["Alias"]?.string,
                     powered: props["Powered"]?.bool ?? false, discovering: props["Discovering"]?.bool ?? false,
                     selected: index.isInUse(adapter: path), connections: connections(on: path),
-                    connectionLimit: limits.withLock { $0[path] }, advertisements: advertisementPath)
+                    connectionLimit: limits.withLock { $0[path] }, advertisements: index.isInUse(adapter: path) ? advertisementPath : .none)
     }
 
     /// LE links up on an adapter.

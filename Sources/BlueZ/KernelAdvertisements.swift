@@ -28,9 +28,20 @@ final class KernelAdvertisements: Sendable {
     private let source: AdvertisementSource
     private let log: @Sendable (String) -> Void
     private let channel = Mutex<ManagementChannel?>(nil)
-    /// The controllers the kernel listed when the channel opened; nil for a stream of frames
-    /// (the simulator's), which is of BlueZ's adapters by construction.
-    private let known = Mutex<Set<ControllerIndex>?>(nil)
+    private let controllerState = Mutex(ControllerState())
+
+    /// What the channel's controllers are waiting on.
+    private struct ControllerState {
+        /// Controllers the kernel removed (Index Removed) that BlueZ may still list a moment.
+        var departed: Set<ControllerIndex> = []
+        /// The kernel was asked for its controllers (`askControllers`) and has not answered: this
+        /// question's number, and the adapters it was asked about.
+        var question: (number: Int, about: Set<ControllerIndex>)?
+        var questions = 0
+    }
+
+    /// How long the kernel may take to list its controllers when asked.
+    static let answerDeadline = Duration.seconds(2)
 
     init(link: BusLink, reports: AdvertisementReports, source: AdvertisementSource, log: @escaping @Sendable (String) -> Void) {
         self.link = link
@@ -44,6 +55,7 @@ final class KernelAdvertisements: Sendable {
     func start() async {
         let controllers = self.controllers()
         let ended: @Sendable (String) -> Void = { [weak self] reason in self?.ended(reason) }
+        let news: @Sendable (ManagementChannel.ControllerNews) -> Void = { [weak self] news in self?.controllersChanged(news) }
         let handler: @Sendable (ManagementEvent) -> Void = { [reports, link] event in
             switch event {
             case .deviceFound(let found):
@@ -64,26 +76,22 @@ final class KernelAdvertisements: Sendable {
         case .dbus:
             (opened, why) = (nil, "--advertisements dbus")
         case .auto:
-            switch ManagementChannel.open(controllers: controllers, log: log, ended: ended, handler: handler) {
-            case .opened(let c, let kernel):
-                known.withLock { $0 = Set(kernel.controllers) }
-                (opened, why) = (c, "the kernel's management socket")
+            switch ManagementChannel.open(controllers: controllers, log: log, ended: ended, controllersChanged: news, handler: handler) {
+            case .opened(let c, _): (opened, why) = (c, "the kernel's management socket")
             case .notPermitted(let reason): (opened, why) = (nil, "the kernel's management socket is not permitted (\(reason)); run as root or grant CAP_NET_ADMIN")
             case .unavailable(let reason): (opened, why) = (nil, "no kernel management socket here (\(reason))")
             }
         case .socket(let path):
-            do throws(ChannelError) {
-                (opened, why) = (try ManagementChannel.connect(socketPath: path, controllers: controllers, log: log, ended: ended, handler: handler),
-                                 "the management events at \(path)")
-            } catch {
-                (opened, why) = (nil, "cannot read the management events at \(path) (\(error))")
+            switch ManagementChannel.open(socketPath: path, controllers: controllers, log: log, ended: ended, controllersChanged: news,
+                                          handler: handler) {
+            case .opened(let c, _): (opened, why) = (c, "the management events at \(path)")
+            case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the management events at \(path) (\(reason))")
             }
         case .descriptor(let fd):
-            do throws(ChannelError) {
-                (opened, why) = (try ManagementChannel(reading: fd, controllers: controllers, log: log, ended: ended, handler: handler),
-                                 "the simulator's management events")
-            } catch {
-                (opened, why) = (nil, "cannot read the simulator's management events (\(error))")
+            switch ManagementChannel.open(descriptor: fd, controllers: controllers, log: log, ended: ended, controllersChanged: news,
+                                          handler: handler) {
+            case .opened(let c, _): (opened, why) = (c, "the simulator's management events")
+            case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the simulator's management events (\(reason))")
             }
         }
         guard let opened else {
@@ -95,17 +103,62 @@ final class KernelAdvertisements: Sendable {
         log("advertisements: from \(why); BlueZ's device signals only for devices gattway connects, pairs or finds linked")
     }
 
-    /// The adapters in use changed: their events from now on. An adapter the kernel does not
-    /// know is not this kernel's (BlueZ's bus bridged from another machine, as in the lab; a
-    /// controller plugged in after the channel opened): then D-Bus, for all of them.
-    func adaptersChanged() {
+    /// The adapters in use, or the kernel's controllers, changed: the events of those in use that
+    /// the kernel has, from now on. An adapter in use that the kernel does not have is not this
+    /// kernel's (BlueZ's bus bridged from another machine, as in the lab): then D-Bus, for all of
+    /// them. But the channel's thread may not have read yet the Index Added of a controller just
+    /// plugged in when the bus's thread reads its adapter (bluetoothd exports it after the kernel
+    /// told every socket): the kernel is asked for its list first, whose answer comes after that
+    /// event, and only a stranger it was asked about and still is one is.
+    func adaptersChanged(listed: Bool = false) {
         guard let channel = channel.withLock({ $0 }) else { return }
-        let inUse = controllers()
-        if let known = known.withLock({ $0 }), let stranger = inUse.subtracting(known).min() {
-            end("BlueZ's \(stranger) is not one of this kernel's controllers (\(known.sorted().map(\.description).joined(separator: ", ")))")
-            return
+        let inUse = controllers(), known = channel.kernelControllers
+        let (strangers, askedAbout) = controllerState.withLock { state in
+            // An adapter the kernel removed stays in BlueZ's list until bluetoothd withdraws it.
+            state.departed.formIntersection(inUse)
+            let asked = listed ? state.question?.about ?? [] : []
+            if listed { state.question = nil }
+            return (inUse.subtracting(known).subtracting(state.departed), asked)
         }
-        channel.setControllers(inUse)
+        channel.setControllers(inUse.intersection(known))
+        if let stranger = strangers.intersection(askedAbout).min() {
+            return end("BlueZ's \(stranger) is not one of this kernel's controllers (\(known.sorted().map(\.description).joined(separator: ", ")))")
+        }
+        if !strangers.isEmpty { ask(channel, about: strangers) }
+    }
+
+    /// Asks the kernel for its controllers, unless a question is out already (its answer asks
+    /// again for a stranger it was not about); D-Bus if it does not answer within the deadline.
+    private func ask(_ channel: ManagementChannel, about strangers: Set<ControllerIndex>) {
+        let question: Int? = controllerState.withLock { state in
+            guard state.question == nil else { return nil }
+            state.questions += 1
+            state.question = (state.questions, strangers)
+            return state.questions
+        }
+        guard let question else { return }
+        guard channel.askControllers() else { return end("the kernel could not be asked for its controllers") }
+        let shown = strangers.sorted().map(\.description).joined(separator: ", ")
+        Task { [weak self] in
+            try? await Task.sleep(for: Self.answerDeadline)
+            guard let self, controllerState.withLock({ $0.question?.number == question }) else { return }
+            end("the kernel did not list its controllers within \(Self.answerDeadline) when BlueZ showed \(shown)")
+        }
+    }
+
+    /// The channel read of a controller the kernel came to have or lost, or the kernel's list.
+    private func controllersChanged(_ news: ManagementChannel.ControllerNews) {
+        switch news {
+        case .index(.added(let c)):
+            controllerState.withLock { _ = $0.departed.remove(c) }
+            log("advertisements: the kernel has a new controller, \(c)")
+        case .index(.removed(let c)):
+            controllerState.withLock { _ = $0.departed.insert(c) }
+            log("advertisements: the kernel's controller \(c) is gone")
+        case .listed:
+            break
+        }
+        adaptersChanged(listed: news == .listed)
     }
 
     /// Counters, for /metrics.

@@ -33,7 +33,8 @@ package struct AdapterBody: Encodable {
     /// LE links up on it, and the most it took when it refused another (unknown until then).
     package var connections: Int
     package var connectionLimit: Int?
-    /// Where its advertisements come from: "kernel" (the management socket) or "dbus".
+    /// Where its advertisements come from: "kernel" (the management socket), "dbus", or "none"
+    /// (not in use).
     package var advertisements: String
 
     package init(_ a: AdapterInfo) {

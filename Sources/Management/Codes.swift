@@ -29,6 +29,8 @@ public struct EventCode: RawRepresentable, Hashable, Sendable, CustomStringConve
 
     public static let commandComplete = EventCode(rawValue: 0x0001)
     public static let commandStatus = EventCode(rawValue: 0x0002)
+    public static let indexAdded = EventCode(rawValue: 0x0004)
+    public static let indexRemoved = EventCode(rawValue: 0x0005)
     public static let deviceConnected = EventCode(rawValue: 0x000B)
     public static let deviceDisconnected = EventCode(rawValue: 0x000C)
     public static let deviceFound = EventCode(rawValue: 0x0012)
@@ -38,6 +40,8 @@ public struct EventCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         switch self {
         case .commandComplete: "Command Complete"
         case .commandStatus: "Command Status"
+        case .indexAdded: "Index Added"
+        case .indexRemoved: "Index Removed"
         case .deviceConnected: "Device Connected"
         case .deviceDisconnected: "Device Disconnected"
         case .deviceFound: "Device Found"
@@ -53,6 +57,8 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     public static let success = Status(rawValue: 0x00)
+    public static let unknownCommand = Status(rawValue: 0x01)
+    public static let invalidParameters = Status(rawValue: 0x0D)
     public static let permissionDenied = Status(rawValue: 0x14)
 
     private static let names = [

@@ -4,6 +4,8 @@ public enum Event: Sendable, Equatable {
     case commandComplete(Opcode, Status, controller: ControllerIndex, parameters: [UInt8])
     /// A command this socket sent failed early (or is pending: success).
     case commandStatus(Opcode, Status, controller: ControllerIndex)
+    /// A controller the kernel came to have, or lost.
+    case index(IndexEvent)
     /// An advertisement or scan response heard (Device Found, or an advertisement monitor's).
     case deviceFound(DeviceFound)
     /// A link to a device came up.
@@ -36,6 +38,8 @@ public enum Event: Sendable, Equatable {
                 self = .commandComplete(Opcode(rawValue: opcode), Status(rawValue: status), controller: controller,
                                         parameters: Array(reader.rest()))
             }
+        case .indexAdded, .indexRemoved:
+            self = .index(try IndexEvent(event, controller: controller, parameters: reader))
         case .deviceFound, .advertisementMonitorDeviceFound:
             self = .deviceFound(try DeviceFound(event, controller: controller, parameters: &reader))
         case .deviceConnected:

@@ -33,6 +33,29 @@ public enum Frame {
     public static func command(_ opcode: Opcode, controller: ControllerIndex = .none) -> [UInt8] {
         encode(code: opcode.rawValue, controller: controller, parameters: [])
     }
+
+    /// Command Complete: `opcode` done with `status`, and its return parameters (what a kernel, or
+    /// the simulator in its place, answers).
+    public static func commandComplete(_ opcode: Opcode, _ status: Status, controller: ControllerIndex,
+                                       parameters: [UInt8] = []) -> [UInt8] {
+        var frame: [UInt8] = []
+        append(code: EventCode.commandComplete.rawValue, controller: controller, to: &frame) {
+            $0.appendLittleEndian(opcode.rawValue)
+            $0.append(status.rawValue)
+            $0 += parameters
+        }
+        return frame
+    }
+
+    /// Command Status: `opcode` failed early with `status`.
+    public static func commandStatus(_ opcode: Opcode, _ status: Status, controller: ControllerIndex) -> [UInt8] {
+        var frame: [UInt8] = []
+        append(code: EventCode.commandStatus.rawValue, controller: controller, to: &frame) {
+            $0.appendLittleEndian(opcode.rawValue)
+            $0.append(status.rawValue)
+        }
+        return frame
+    }
 }
 
 /// Why a frame was dropped.

@@ -22,15 +22,15 @@ extension ManagementChannel {
         public var controllers: [ControllerIndex]
     }
 
-    /// Opens the kernel's management socket (AF_BLUETOOTH, BTPROTO_HCI, the control channel),
-    /// asks it for its version, the commands and events it allows this socket and its
-    /// controllers (within `timeout`), and reads it (see `init(reading:)`).
+    /// Opens the kernel's management socket (AF_BLUETOOTH, BTPROTO_HCI, the control channel) and
+    /// reads it (`open(descriptor:)`).
     ///
     /// Without CAP_NET_ADMIN, older kernels refuse the bind and newer ones bind an untrusted
     /// socket that is never sent device-found events: both are `.notPermitted`.
     public static func open(controllers: Set<ControllerIndex>, timeout: Duration = .seconds(2),
                             log: @escaping @Sendable (String) -> Void = { _ in },
                             ended: @escaping @Sendable (String) -> Void = { _ in },
+                            controllersChanged: @escaping @Sendable (ControllerNews) -> Void = { _ in },
                             handler: @escaping @Sendable (ManagementEvent) -> Void) -> Opening {
         let fd = socket(AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue),
                         GW_BTPROTO_HCI)
@@ -40,6 +40,25 @@ extension ManagementChannel {
             Glibc.close(fd)
             return refusal("bind to the management channel", code).opening
         }
+        return open(descriptor: fd, controllers: controllers, timeout: timeout, log: log, ended: ended,
+                    controllersChanged: controllersChanged, handler: handler)
+    }
+
+    /// Asks the socket `fd` (the kernel's, or one that serves the same frames: the simulator's)
+    /// for its version, the commands and events it allows this socket and its controllers
+    /// (within `timeout`), then reads it (see `init(reading:)`), keeping its controllers current.
+    /// The channel owns `fd` from now on (closed if it does not open).
+    public static func open(descriptor fd: Int32, controllers: Set<ControllerIndex>, timeout: Duration = .seconds(2),
+                            log: @escaping @Sendable (String) -> Void = { _ in },
+                            ended: @escaping @Sendable (String) -> Void = { _ in },
+                            controllersChanged: @escaping @Sendable (ControllerNews) -> Void = { _ in },
+                            handler: @escaping @Sendable (ManagementEvent) -> Void) -> Opening {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            let failed = refusal("fcntl", errno)
+            Glibc.close(fd)
+            return failed.opening
+        }
         let kernel: Kernel
         switch handshake(fd: fd, timeout: timeout) {
         case .success(let answered): kernel = answered
@@ -48,7 +67,8 @@ extension ManagementChannel {
             return refusal.opening
         }
         do {
-            return .opened(try ManagementChannel(reading: fd, controllers: controllers, log: log, ended: ended, handler: handler),
+            return .opened(try ManagementChannel(reading: fd, controllers: controllers, known: Set(kernel.controllers), log: log,
+                                                 ended: ended, controllersChanged: controllersChanged, handler: handler),
                            kernel)
         } catch {
             return .unavailable(error.description)

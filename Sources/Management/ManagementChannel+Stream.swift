@@ -3,11 +3,25 @@ import Glibc
 
 extension ManagementChannel {
     /// Reads the same frames from a Unix seqpacket socket at `path` (the simulator's stream of
-    /// its adapters' events) instead of the kernel's socket; see `init(reading:)`.
-    public static func connect(socketPath path: String, controllers: Set<ControllerIndex>,
-                               log: @escaping @Sendable (String) -> Void = { _ in },
-                               ended: @escaping @Sendable (String) -> Void = { _ in },
-                               handler: @escaping @Sendable (ManagementEvent) -> Void) throws(ChannelError) -> ManagementChannel {
+    /// its adapters' events, which answers the same commands) instead of the kernel's socket;
+    /// see `open(descriptor:)`.
+    public static func open(socketPath path: String, controllers: Set<ControllerIndex>, timeout: Duration = .seconds(2),
+                            log: @escaping @Sendable (String) -> Void = { _ in },
+                            ended: @escaping @Sendable (String) -> Void = { _ in },
+                            controllersChanged: @escaping @Sendable (ControllerNews) -> Void = { _ in },
+                            handler: @escaping @Sendable (ManagementEvent) -> Void) -> Opening {
+        let fd: Int32
+        do throws(ChannelError) {
+            fd = try connect(socketPath: path)
+        } catch {
+            return .unavailable(error.description)
+        }
+        return open(descriptor: fd, controllers: controllers, timeout: timeout, log: log, ended: ended,
+                    controllersChanged: controllersChanged, handler: handler)
+    }
+
+    /// A socket connected to `path`.
+    private static func connect(socketPath path: String) throws(ChannelError) -> Int32 {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let room = MemoryLayout.size(ofValue: address.sun_path)
@@ -24,6 +38,6 @@ extension ManagementChannel {
             Glibc.close(fd)
             throw error
         }
-        return try ManagementChannel(reading: fd, controllers: controllers, log: log, ended: ended, handler: handler)
+        return fd
     }
 }

@@ -7,7 +7,8 @@ import Threading
 /// The kernel's Bluetooth management socket, read on a thread of its own: every device event of
 /// an LE device for the controllers in use goes, parsed, to the handler (`ManagementEvent`: an
 /// advertisement with its scan response as the controller reported it, a link up, a link down).
-/// Frames that do not fit the format are dropped and counted, never handed on.
+/// Frames that do not fit the format are dropped and counted, never handed on. The controllers
+/// the kernel has are kept current from its Index Added and Index Removed events.
 ///
 /// `open` opens the kernel's socket; `init(reading:)` reads any descriptor that delivers one
 /// frame per read (a socketpair in tests, the simulator's stream).
@@ -26,6 +27,8 @@ public final class ManagementChannel: Sendable {
         public var otherControllers = 0
         /// Device events of classic (BR/EDR) devices, not handed on.
         public var classicDevices = 0
+        /// Index Added and Index Removed events, and the kernel's lists of its controllers.
+        public var controllerEvents = 0
         /// Well-formed frames of other kinds (command answers, settings changes, ...).
         public var otherEvents = 0
         /// Reads the socket refused.
@@ -54,13 +57,18 @@ public final class ManagementChannel: Sendable {
     ///
     /// - Parameters:
     ///   - controllers: whose events are handed on (hci0 is index 0).
+    ///   - known: the controllers the kernel has (its answer to Read Controller Index List), kept
+    ///     current from the Index Added and Index Removed events read (`kernelControllers`).
     ///   - log: a line now and then (the first bad frames, the end of the socket).
     ///   - ended: called on the channel's thread when the socket ends by itself (closed at the
     ///     other end, a read error), not after `close`.
+    ///   - controllersChanged: called on the channel's thread when `kernelControllers` may have
+    ///     changed, after it did.
     ///   - handler: called on the channel's thread for each device event, in the order read: it
     ///     must return soon (hand the event to a bounded queue).
-    public init(reading fd: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void = { _ in },
-                ended: @escaping @Sendable (String) -> Void = { _ in },
+    public init(reading fd: Int32, controllers: Set<ControllerIndex>, known: Set<ControllerIndex> = [],
+                log: @escaping @Sendable (String) -> Void = { _ in }, ended: @escaping @Sendable (String) -> Void = { _ in },
+                controllersChanged: @escaping @Sendable (ControllerNews) -> Void = { _ in },
                 handler: @escaping @Sendable (ManagementEvent) -> Void) throws(ChannelError) {
         let wake = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
         let flags = fcntl(fd, F_GETFL)
@@ -70,7 +78,8 @@ public final class ManagementChannel: Sendable {
             Glibc.close(fd)
             throw error
         }
-        let reader = Reader(fd: fd, wake: wake, controllers: controllers, log: log, ended: ended, handler: handler)
+        let reader = Reader(fd: fd, wake: wake, controllers: controllers, known: known, log: log, ended: ended,
+                            controllersChanged: controllersChanged, handler: handler)
         self.reader = reader
         let done = self.done
         Threads.start(name: "mgmt-socket") {
@@ -87,6 +96,25 @@ public final class ManagementChannel: Sendable {
     }
 
     public var counters: Counters { reader.counters.withLock { $0 } }
+
+    /// The controllers the kernel has, as far as this channel has read.
+    public var kernelControllers: Set<ControllerIndex> { reader.known.withLock { $0 } }
+
+    /// What the channel read about the kernel's controllers (`controllersChanged`).
+    public enum ControllerNews: Sendable, Equatable {
+        /// An Index Added or Index Removed.
+        case index(IndexEvent)
+        /// The kernel's answer to `askControllers` (its list, or a failure: then the set is as it was).
+        case listed
+    }
+
+    /// Asks the kernel for its controllers (Read Controller Index List); `controllersChanged` tells
+    /// when the answer came. It comes after every Index Added or Removed the kernel sent before
+    /// it: a barrier for a controller that BlueZ shows and the channel has not yet read of. False
+    /// when the request could not be sent (the channel is closed).
+    public func askControllers() -> Bool {
+        reader.send(Frame.command(.readIndexList))
+    }
 
     /// Stops reading and closes the socket; the handler is not called after it returns (when
     /// called from the handler itself, after the handler returns).
@@ -118,23 +146,29 @@ extension ManagementChannel {
         let fd: Int32
         let wake: Int32
         let controllers: Mutex<Set<ControllerIndex>>
+        let known: Mutex<Set<ControllerIndex>>
         let counters = Mutex(Counters())
         let log: @Sendable (String) -> Void
         let ended: @Sendable (String) -> Void
+        let controllersChanged: @Sendable (ControllerNews) -> Void
         let handler: @Sendable (ManagementEvent) -> Void
         private let stopping = Atomic<Bool>(false)
         /// `close` came from the handler: the thread closes the descriptors as it ends.
         private let closeOnExit = Atomic<Bool>(false)
         private let thread = Mutex<pthread_t?>(nil)
-        private let descriptorsClosed = Atomic<Bool>(false)
+        /// Held while sending, so that a descriptor closed meanwhile (and its number reused) is never written.
+        private let descriptorsClosed = Mutex<Bool>(false)
 
-        init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void,
-             ended: @escaping @Sendable (String) -> Void, handler: @escaping @Sendable (ManagementEvent) -> Void) {
+        init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, known: Set<ControllerIndex>,
+             log: @escaping @Sendable (String) -> Void, ended: @escaping @Sendable (String) -> Void,
+             controllersChanged: @escaping @Sendable (ControllerNews) -> Void, handler: @escaping @Sendable (ManagementEvent) -> Void) {
             self.fd = fd
             self.wake = wake
             self.controllers = Mutex(controllers)
+            self.known = Mutex(known)
             self.log = log
             self.ended = ended
+            self.controllersChanged = controllersChanged
             self.handler = handler
         }
 
@@ -154,9 +188,19 @@ extension ManagementChannel {
         }
 
         func closeDescriptors() {
-            guard !descriptorsClosed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-            Glibc.close(fd)
-            Glibc.close(wake)
+            descriptorsClosed.withLock { closed in
+                guard !closed else { return }
+                closed = true
+                Glibc.close(fd)
+                Glibc.close(wake)
+            }
+        }
+
+        /// Sends one command frame; false when it could not (closed, or the socket refused it).
+        func send(_ frame: [UInt8]) -> Bool {
+            descriptorsClosed.withLock { closed in
+                !closed && !isStopping && Glibc.send(fd, frame, frame.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) == frame.count
+            }
         }
 
         private var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -296,6 +340,10 @@ extension ManagementChannel {
                 if isPowerOfTen(bad) { log("management socket: dropped a frame (\(bad) so far): \(error)") }
                 return nil
             }
+            if let news = controllerNews(event) {
+                counters.withLock { $0.frames += 1; $0.controllerEvents += 1 }
+                return controllersChanged(news)
+            }
             guard let device = ManagementEvent(event) else {
                 c.otherEvents += 1
                 return nil
@@ -311,6 +359,25 @@ extension ManagementChannel {
             if device.advertisingDataDropped { c.droppedAdvertisingData += 1 }
             c.delivered += 1
             return device
+        }
+
+        /// What `event` says of the kernel's controllers, applied to `known`; nil when nothing.
+        private func controllerNews(_ event: Event) -> ControllerNews? {
+            switch event {
+            case .index(let index):
+                known.withLock {
+                    switch index {
+                    case .added(let c): $0.insert(c)
+                    case .removed(let c): $0.remove(c)
+                    }
+                }
+                return ControllerNews.index(index)
+            case .commandComplete(.readIndexList, let status, _, let parameters):
+                if status == .success, let list = IndexList(parameters: parameters) { known.withLock { $0 = Set(list.controllers) } }
+                return ControllerNews.listed
+            default:
+                return nil
+            }
         }
 
         /// 1, 10, 100, ...: when to log a count that may grow fast.

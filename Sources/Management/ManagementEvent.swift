@@ -13,7 +13,7 @@ public enum ManagementEvent: Sendable, Equatable {
         case .deviceFound(let found): self = .deviceFound(found)
         case .deviceConnected(let connected): self = .deviceConnected(connected)
         case .deviceDisconnected(let disconnected): self = .deviceDisconnected(disconnected)
-        case .commandComplete, .commandStatus, .other: return nil
+        case .commandComplete, .commandStatus, .index, .other: return nil
         }
     }
 

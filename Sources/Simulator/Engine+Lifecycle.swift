@@ -69,6 +69,7 @@ extension Engine {
     /// devices, then the adapter). Bonded devices stay in its storage for when it comes back.
     func unplug(_ a: Int) {
         log("\(adapters[a].config.id) removed")
+        streamIndex(a, added: false)
         localAdapterGone(a)
         adapters[a].discoveryClients = [:]
         adapters[a].discovering = false
@@ -94,6 +95,7 @@ extension Engine {
     /// devices it stored, then powers it on by itself (AutoEnable) if it is configured so.
     func plugIn(_ a: Int) {
         log("\(adapters[a].config.id) added")
+        streamIndex(a, added: true)
         adapters[a].present = true
         adapters[a].powered = false
         export(.adapter(a))

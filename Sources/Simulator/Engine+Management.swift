@@ -18,6 +18,14 @@ extension Engine {
         management.send(frameBuffer)
     }
 
+    /// Index Added or Index Removed: adapter `a`'s controller was plugged in or pulled out (sent
+    /// before bluetoothd adds or removes the adapter, as the kernel does). The stream's list of
+    /// controllers follows whether or not a client reads.
+    func streamIndex(_ a: Int, added: Bool) {
+        guard let controller = adapters[a].controller else { return }
+        management.indexChanged(added ? .added(controller) : .removed(controller))
+    }
+
     /// Device Connected or Disconnected for the link of entry `d`, which its adapter asked for;
     /// when the peer is another adapter of the simulator (its applications), that adapter sees
     /// the link too: one it did not ask for, and a reason seen from its side.

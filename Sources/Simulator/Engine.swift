@@ -73,6 +73,7 @@ actor Engine {
         objects[Engine.bluezPath] = .bluez
         for a in adapters.indices { objects[adapters[a].path] = .adapter(a) }
         objects[Engine.controlPath] = .control
+        management.setControllers(Set(adapters.filter(\.present).compactMap(\.controller)))
     }
 
     /// A new peripheral, with its Device1 entry (not exported yet) on every adapter.

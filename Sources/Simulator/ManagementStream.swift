@@ -6,20 +6,30 @@ import Synchronization
 
 /// The kernel's Bluetooth management events for the simulator's adapters, as a trusted reader of
 /// the management socket gets them beside bluetoothd: one frame per packet (the 6-byte header and
-/// the parameters), on Unix SOCK_SEQPACKET sockets, to every client from its connection on.
+/// the parameters), on Unix SOCK_SEQPACKET sockets, to every client from its connection on. A
+/// client's commands are answered as the kernel answers the ones a reader sends when it opens
+/// (Read Management Version Information, Read Management Supported Commands, Read Controller Index
+/// List: the controllers plugged in), each in order with the events; any other is an unknown command.
 ///
 /// A client that does not read never holds the engine up: frames are sent with MSG_DONTWAIT into
 /// the client's socket buffer (SO_SNDBUF `sendBuffer`, which the kernel caps at
 /// net.core.wmem_max), and one that does not fit is dropped for that client and counted, as the
 /// kernel drops an event for a management socket whose receive buffer is full. A client that
-/// closed its end is let go at the next frame.
+/// closed its end is let go when its hang-up is read, or at the next frame.
 final class ManagementStream: Sendable {
-    private struct Client {
+    /// Unchecked: Dispatch's sources may be cancelled from any thread.
+    private struct Client: @unchecked Sendable {
         let fd: Int32
+        /// Reads its commands; cancelled when the client is let go, and closes `fd` then.
+        let source: any DispatchSourceRead
         var dropped = 0
     }
 
     private let clients = Mutex<[Client]>([])
+    /// The controllers plugged in (what Read Controller Index List answers). Changed and read
+    /// with `clients` held, so that a list and the Index Added or Removed frames keep their order.
+    private let controllers = Mutex<Set<ControllerIndex>>([])
+    private let queue = DispatchQueue(label: "gattway-sim.management")
     /// Some client is connected: the engine builds no frame while none is.
     private let active = Atomic<Bool>(false)
     private let counters = Mutex(ManagementStreamCounters())
@@ -76,7 +86,7 @@ final class ManagementStream: Sendable {
             Glibc.close(fd)
             throw error
         }
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue(label: "gattway-sim.management"))
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         source.setEventHandler { [weak self] in self?.acceptWaiting(fd) }
         source.setCancelHandler { Glibc.close(fd) }
         let previous = listener.withLock { current in
@@ -104,18 +114,98 @@ final class ManagementStream: Sendable {
     private func add(_ fd: Int32) {
         var size = Self.sendBuffer
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        source.setEventHandler { [weak self] in self?.readCommands(fd) }
+        source.setCancelHandler { Glibc.close(fd) }
         clients.withLock { list in
-            list.append(Client(fd: fd))
+            list.append(Client(fd: fd, source: source))
             active.store(true, ordering: .relaxed)
         }
         counters.withLock { $0.connected += 1 }
+        source.resume()
     }
 
-    /// Sends one frame to every client (called by the engine, one frame at a time).
-    func send(_ frame: [UInt8]) {
+    /// The controllers plugged in when the stream starts.
+    func setControllers(_ plugged: Set<ControllerIndex>) {
+        clients.withLock { _ in controllers.withLock { $0 = plugged } }
+    }
+
+    /// A controller plugged in or pulled out: the set changes and every client is told, as the
+    /// kernel tells its management sockets before bluetoothd adds or removes the adapter.
+    func indexChanged(_ event: IndexEvent) {
+        send(event.frame) {
+            controllers.withLock {
+                switch event {
+                case .added(let c): $0.insert(c)
+                case .removed(let c): $0.remove(c)
+                }
+            }
+        }
+    }
+
+    /// Answers the commands waiting on client `fd`; lets it go when it closed its end.
+    private func readCommands(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 512)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if count > 0 {
+                answer(Array(buffer[..<count]), to: fd)
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            letGo(fd)
+            return
+        }
+    }
+
+    /// The answer to one command frame, sent to its client only, in order with the events.
+    private func answer(_ command: [UInt8], to fd: Int32) {
+        guard command.count >= Frame.headerSize else { return }  // the kernel drops it too
+        let opcode = Opcode(rawValue: UInt16(command[0]) | UInt16(command[1]) << 8)
+        let controller = ControllerIndex(UInt16(command[2]) | UInt16(command[3]) << 8)
+        clients.withLock { list in
+            guard list.contains(where: { $0.fd == fd }) else { return }
+            let parameters: [UInt8]? = switch opcode {
+            case .readVersion: ManagementVersion(version: 1, revision: 22).parameters
+            case .readCommands: SupportedCommands(commands: [Opcode.readVersion, .readCommands, .readIndexList].map(\.rawValue),
+                                                  events: Self.events.map(\.rawValue)).parameters
+            case .readIndexList: IndexList(controllers.withLock { $0 }.sorted()).parameters
+            default: nil
+            }
+            let frame: [UInt8] = switch (parameters, command.count == Frame.headerSize, controller == .none) {
+            case (let parameters?, true, true): Frame.commandComplete(opcode, .success, controller: controller, parameters: parameters)
+            case (.some, _, _): Frame.commandStatus(opcode, .invalidParameters, controller: controller)
+            case (nil, _, _): Frame.commandStatus(opcode, .unknownCommand, controller: controller)
+            }
+            _ = Glibc.send(fd, frame, frame.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
+        }
+    }
+
+    /// The events the stream sends (what Read Management Supported Commands lists).
+    private static let events: [EventCode] = [.commandComplete, .commandStatus, .indexAdded, .indexRemoved,
+                                              .deviceConnected, .deviceDisconnected, .deviceFound]
+
+    /// Client `fd` closed its end: it is let go (its source closes it).
+    private func letGo(_ fd: Int32) {
+        let gone = clients.withLock { list -> Client? in
+            guard let i = list.firstIndex(where: { $0.fd == fd }) else { return nil }
+            let client = list.remove(at: i)
+            if list.isEmpty { active.store(false, ordering: .relaxed) }
+            return client
+        }
+        guard let gone else { return }
+        gone.source.cancel()
+        counters.withLock { $0.left += 1 }
+    }
+
+    /// Sends one frame to every client (called by the engine, one frame at a time); `first` runs
+    /// before, with the clients held.
+    func send(_ frame: [UInt8], first: () -> Void = {}) {
         var dropped = 0, gone = 0, logged: [String] = []
         frame.withUnsafeBytes { bytes in
             clients.withLock { list in
+                first()
                 var i = 0
                 while i < list.count {
                     let sent = Glibc.send(list[i].fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))
@@ -135,8 +225,7 @@ final class ManagementStream: Sendable {
                         continue
                     }
                     // It closed its end (EPIPE, ECONNRESET): let it go.
-                    Glibc.close(list[i].fd)
-                    list.remove(at: i)
+                    list.remove(at: i).source.cancel()
                     gone += 1
                 }
                 if list.isEmpty { active.store(false, ordering: .relaxed) }
@@ -157,7 +246,7 @@ final class ManagementStream: Sendable {
             unlink(listening.path)
         }
         clients.withLock { list in
-            for client in list { Glibc.close(client.fd) }
+            for client in list { client.source.cancel() }
             list = []
             active.store(false, ordering: .relaxed)
         }

@@ -24,6 +24,25 @@ final class Received: Sendable {
     var all: [ManagementEvent] { events.withLock { $0 } }
 }
 
+/// What a channel told of the kernel's controllers, and a wait for it.
+final class News: Sendable {
+    private let news = Mutex<[ManagementChannel.ControllerNews]>([])
+    private let arrived = DispatchSemaphore(value: 0)
+
+    func add(_ item: ManagementChannel.ControllerNews) {
+        news.withLock { $0.append(item) }
+        arrived.signal()
+    }
+
+    /// Everything told once `count` came (within 10 s; fewer if they did not).
+    func wait(for count: Int) -> [ManagementChannel.ControllerNews] {
+        while all.count < count, arrived.wait(timeout: .now() + 10) == .success {}
+        return all
+    }
+
+    var all: [ManagementChannel.ControllerNews] { news.withLock { $0 } }
+}
+
 /// The channel over a socketpair that keeps frames apart, as the kernel's socket does: the test
 /// plays the kernel.
 @Suite(.serialized) struct ChannelTests {
@@ -106,6 +125,51 @@ final class Received: Sendable {
         write(kernel, deviceFound(1, "C0:FF:EE:00:00:02").frame)
         #expect(received.wait(for: 1).map(\.controller) == [ControllerIndex(1)])
         #expect(channel.counters.otherControllers == 1)
+    }
+
+    /// Index Added and Removed keep the kernel's controllers current, and so does the answer to
+    /// `askControllers` (a failed one leaves them): each is told, after it was applied.
+    @Test func theKernelsControllersAreKeptCurrent() throws {
+        let (fd, kernel) = framePair()
+        defer { close(kernel) }
+        let news = News()
+        let received = Received()
+        let channel = try ManagementChannel(reading: fd, controllers: [ControllerIndex(0)], known: [ControllerIndex(0)],
+                                            controllersChanged: { news.add($0) }) { received.add($0) }
+        defer { channel.close() }
+        #expect(channel.kernelControllers == [ControllerIndex(0)])
+        write(kernel, IndexEvent.added(ControllerIndex(1)).frame)
+        #expect(news.wait(for: 1) == [.index(.added(ControllerIndex(1)))])
+        #expect(channel.kernelControllers == [ControllerIndex(0), ControllerIndex(1)])
+        write(kernel, IndexEvent.removed(ControllerIndex(0)).frame)
+        write(kernel, [0x04, 0x00, 0xFF, 0xFF, 0x00, 0x00])  // for no controller: dropped
+        #expect(news.wait(for: 2).last == .index(.removed(ControllerIndex(0))))
+        #expect(channel.kernelControllers == [ControllerIndex(1)])
+
+        #expect(channel.askControllers())
+        var command = [UInt8](repeating: 0, count: 16)
+        #expect(recv(kernel, &command, command.count, 0) == 6)
+        #expect(Array(command.prefix(6)) == Frame.command(.readIndexList))
+        write(kernel, Frame.commandComplete(.readIndexList, .success, controller: .none,
+                                           parameters: IndexList([ControllerIndex(0), ControllerIndex(2)]).parameters))
+        #expect(news.wait(for: 3).last == .listed)
+        #expect(channel.kernelControllers == [ControllerIndex(0), ControllerIndex(2)])
+        write(kernel, Frame.commandComplete(.readIndexList, Status(rawValue: 0x03), controller: .none))
+        #expect(news.wait(for: 4).last == .listed)
+        #expect(channel.kernelControllers == [ControllerIndex(0), ControllerIndex(2)])
+
+        // None of them is a device event.
+        write(kernel, deviceFound(0, "C0:FF:EE:00:00:01").frame)
+        #expect(received.wait(for: 1).count == 1)
+        #expect(news.all.count == 4)
+        var expected = ManagementChannel.Counters()
+        expected.frames = 6
+        expected.delivered = 1
+        expected.badFrames = 1
+        expected.controllerEvents = 4
+        #expect(channel.counters == expected)
+        channel.close()
+        #expect(!channel.askControllers())
     }
 
     @Test func closeStopsTheThreadAndClosesTheSocket() throws {

@@ -37,6 +37,10 @@ func outcome(_ frame: [UInt8]) -> String {
             + " params=\(hex(parameters))"
     case .commandStatus(let opcode, let status, let controller):
         return "command-status 0x\(hex(opcode.rawValue, digits: 4)) \(controller) status=0x\(hex(status.rawValue, digits: 2))"
+    case .index(.added(let controller)):
+        return "index-added \(controller)"
+    case .index(.removed(let controller)):
+        return "index-removed \(controller)"
     case .other(let code, let controller):
         return "other 0x\(hex(code.rawValue, digits: 4)) \(controller)"
     }

@@ -164,6 +164,47 @@ import Testing
                 == disconnected.map { .deviceDisconnected($0) })
     }
 
+    /// The stream answers what a reader asks as it opens, as the kernel does: the channel opens
+    /// on it and knows the controllers plugged in. One pulled out or plugged in is an Index
+    /// Removed or Added; a list asked for then says the same; another command is unknown.
+    @Test func controllersComeAndGoAsTheKernelTellsThem() async throws {
+        let sim = try await Sim.start(Self.configuration)
+        defer { sim.close() }
+        let news = Mutex<[ManagementChannel.ControllerNews]>([])
+        let told = DispatchSemaphore(value: 0)
+        let opening = ManagementChannel.open(descriptor: try sim.simulator.managementStream(), controllers: [ControllerIndex(0)],
+                                             controllersChanged: { item in
+                                                 news.withLock { $0.append(item) }
+                                                 told.signal()
+                                             }) { _ in }
+        guard case .opened(let channel, let kernel) = opening else { return #expect(Bool(false), "\(opening)") }
+        defer { channel.close() }
+        #expect(kernel.version == ManagementVersion(version: 1, revision: 22))
+        #expect(kernel.controllers == [ControllerIndex(0), ControllerIndex(1)])
+        #expect(kernel.supported.includesDeviceFound && kernel.supported.events.contains(EventCode.indexAdded.rawValue))
+        func next() -> ManagementChannel.ControllerNews? {
+            told.wait(timeout: .now() + 5) == .success ? news.withLock { $0.last } : nil
+        }
+        _ = try await sim.control("RemoveAdapter", [.string("hci1")])
+        #expect(next() == .index(.removed(ControllerIndex(1))))
+        #expect(channel.kernelControllers == [ControllerIndex(0)])
+        #expect(channel.askControllers())
+        #expect(next() == .listed)
+        #expect(channel.kernelControllers == [ControllerIndex(0)])
+        _ = try await sim.control("AddAdapter", [.string("hci1")])
+        #expect(next() == .index(.added(ControllerIndex(1))))
+        #expect(channel.kernelControllers == [ControllerIndex(0), ControllerIndex(1)])
+        #expect(channel.counters.badFrames == 0 && channel.counters.controllerEvents == 3)
+
+        let client = try sim.simulator.managementStream()
+        defer { close(client) }
+        let unknown = Frame.command(Opcode(rawValue: 0x0023), controller: ControllerIndex(0))
+        #expect(send(client, unknown, unknown.count, 0) == unknown.count)
+        var answer = [UInt8](repeating: 0, count: 64)
+        #expect(recv(client, &answer, answer.count, 0) == 9)
+        #expect(Array(answer.prefix(9)) == Frame.commandStatus(Opcode(rawValue: 0x0023), .unknownCommand, controller: ControllerIndex(0)))
+    }
+
     /// Nothing is built while nobody reads; a client that does not read loses frames, counted,
     /// without holding anything up; one that closed its end is let go.
     @Test func clientsThatDoNotReadOrLeftHoldNothingUp() async throws {

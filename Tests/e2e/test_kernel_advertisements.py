@@ -40,17 +40,24 @@ def signals_read(gw):
 
 
 class Simulator:
-    """`gattway-sim --management-socket PATH` on its own bus."""
+    """`gattway-sim --management-socket PATH` on its own bus (with `--config FILE` when given)."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, config=None):
         self.socket = str(tmp_path / "mgmt.sock")
-        self.p = subprocess.Popen([os.path.join(os.environ["GATTWAY_BIN_DIR"], "gattway-sim"), "--management-socket", self.socket],
+        self.p = subprocess.Popen([os.path.join(os.environ["GATTWAY_BIN_DIR"], "gattway-sim"), "--management-socket", self.socket]
+                                  + (["--config", config] if config else []),
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         first = self.p.stdout.readline()
         assert first.startswith("DBUS_SYSTEM_BUS_ADDRESS="), first
         self.bus = first.strip().split("=", 1)[1]
         threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
         assert wait_for(lambda: os.path.exists(self.socket), 10)
+
+    def control(self, method, *args):
+        """Calls the simulator's control interface (io.gattway.Simulator1)."""
+        out = subprocess.run(["dbus-send", "--bus=" + self.bus, "--print-reply", "--dest=org.bluez", "/io/gattway/simulator",
+                              "io.gattway.Simulator1." + method, *args], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
 
     def stop(self):
         self.p.terminate()
@@ -188,3 +195,60 @@ def test_a_link_another_client_makes_shows_though_bluez_does_not_signal_it(path)
             assert wait_for(lambda: state() == "disconnected", 5), (round, state())
     finally:
         gw.stop()
+
+
+def test_an_adapter_plugged_in_later_is_read_from_the_kernel_and_one_pulled_out_leaves_the_others(tmp_path):
+    """Index Added and Index Removed. hci1 is pulled out before gattway opens the channel, so the
+    kernel's list lacks it; plugged in, the kernel tells every management socket (Index Added)
+    before bluetoothd shows the adapter: gattway reads its advertisements from the channel too,
+    with no fall back to D-Bus. Pulled out again (Index Removed), hci0 keeps the kernel's path."""
+    from test_adapters import HR, SERIAL, configuration, heard_by, listed
+    config = configuration()
+    sim = Simulator(tmp_path, config)
+    gw = None
+    try:
+        sim.control("RemoveAdapter", "string:hci1")
+        gw = Gateway(["--management-socket", sim.socket, "--no-watch"], env={"DBUS_SYSTEM_BUS_ADDRESS": sim.bus})
+        assert adapters(gw) == {"hci0": "kernel"}
+        status, body, _ = gw.post("/v1/scan", {})
+        assert status == 200, body
+        assert wait_for(lambda: listed(gw, HR) is not None, 10)
+
+        sim.control("AddAdapter", "string:hci1")
+        assert wait_for(lambda: adapters(gw) == {"hci0": "kernel", "hci1": "kernel"}, 10), adapters(gw)
+        # The scan goes on the adapter that came; what only it hears is heard there.
+        assert wait_for(lambda: listed(gw, SERIAL) and heard_by(listed(gw, SERIAL)) == {"hci1": -50}, 10), listed(gw, SERIAL)
+        # Its advertisements come from the kernel's events: a new RSSI shows while BlueZ's
+        # Device1 signals (which would carry it on the D-Bus path) are not read at all.
+        before = signals_read(gw)
+        sim.control("SetRSSI", "string:" + SERIAL, "string:hci1", "int16:-62")
+        assert wait_for(lambda: heard_by(listed(gw, SERIAL)) == {"hci1": -62}, 10), listed(gw, SERIAL)
+        assert signals_read(gw) == before
+
+        sim.control("RemoveAdapter", "string:hci1")
+        assert wait_for(lambda: adapters(gw) == {"hci0": "kernel"}, 10), adapters(gw)
+        before = signals_read(gw)
+        sim.control("SetRSSI", "string:" + HR, "string:hci0", "int16:-60")
+        assert wait_for(lambda: (listed(gw, HR) or {}).get("rssi") == -60, 10), listed(gw, HR)
+        assert signals_read(gw) == before
+        log = "\n".join(gw.log)
+        assert "D-Bus signals" not in log and "advertisements: from the management events at" in log, log
+        assert "advertisements: the kernel has a new controller, hci1" in log and "the kernel's controller hci1 is gone" in log, log
+    finally:
+        if gw:
+            gw.stop()
+        sim.stop()
+        os.remove(config)
+
+
+@pytest.mark.parametrize("path", ["kernel", "dbus"])
+def test_an_adapter_not_in_use_has_no_advertisements_read(path):
+    """--adapter hci0 of two: gattway reads none of hci1's advertisements, on either path."""
+    from test_adapters import configuration
+    config = configuration()
+    gw = Gateway(["--simulate", config, "--adapter", "hci0", "--advertisements", "auto" if path == "kernel" else "dbus"])
+    try:
+        assert adapters(gw) == {"hci0": path, "hci1": "none"}
+    finally:
+        gw.stop()
+        os.remove(config)

@@ -14,6 +14,8 @@ import Management
 //   it, and only a zero length byte (early termination) may follow it; dropped, the data does
 //   not split;
 // - a device disconnected is exactly 8 parameter bytes;
+// - an Index Added or Removed is a header alone, for a controller, and encodes back to exactly
+//   the frame it came from;
 // - a device event encodes back to a frame that parses to the same event (less its dropped AD
 //   part); a device found's RSSI is a dBm value or none.
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -24,6 +26,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let event = try? Event(parsing: bytes) else { return 0 }
     require(event == (try? Event(parsing: bytes)), "the same frame parsed twice differently")
     require(bytes.count >= 6 && Int(bytes[4]) | Int(bytes[5]) << 8 == bytes.count - 6, "accepted a frame whose length is wrong")
+    if case .index(let index) = event {
+        require(bytes.count == 6 && index.controller != .none, "an index event with parameters, or for no controller")
+        require(index.frame == bytes, "an index event does not encode back to its frame")
+        let code = Int(bytes[0]) | Int(bytes[1]) << 8
+        require(code == (index == .added(index.controller) ? 0x0004 : 0x0005), "an index event of code \(code)")
+    }
     guard let device = ManagementEvent(event) else { return 0 }
     var sent = device
     switch device {
