@@ -45,6 +45,7 @@ public final class ManagementChannel: Sendable {
             classicDevices += other.classicDevices
             otherEvents += other.otherEvents
             readErrors += other.readErrors
+            controllerEvents += other.controllerEvents
         }
     }
 
@@ -251,7 +252,7 @@ extension ManagementChannel {
             let iovecs = UnsafeMutablePointer<iovec>.allocate(capacity: count)
             let headers = UnsafeMutablePointer<gw_mmsghdr>.allocate(capacity: count)
             /// The events of one call's frames, handed on once all are counted.
-            var events: [ManagementEvent] = []
+            var events: [Delivery] = []
 
             init() {
                 for i in 0..<Self.count {
@@ -288,26 +289,8 @@ extension ManagementChannel {
                 buffers.reset()
                 let count = gw_recvmmsg(fd, buffers.headers, UInt32(Buffers.count))
                 if count > 0 {
-                    let wanted = controllers.withLock { $0 }
-                    var tally = Counters()
-                    var closedAtTheOtherEnd = false
-                    buffers.events.removeAll(keepingCapacity: true)
-                    for i in 0..<Int(count) {
-                        // An empty datagram is the end of a stream socket's peer, as recv's 0 is.
-                        if buffers.headers[i].msg_len == 0 {
-                            closedAtTheOtherEnd = true
-                            break
-                        }
-                        if let event = take(buffers.frame(i), controllers: wanted, counters: &tally) { buffers.events.append(event) }
-                    }
-                    // Counted before they are handed on: a handler sees counters that include its event.
-                    counters.withLock { $0.add(tally) }
-                    for event in buffers.events {
-                        // The handler may have closed the channel: nothing more after that.
-                        guard !isStopping else { return nil }
-                        handler(event)
-                    }
-                    if closedAtTheOtherEnd { return "closed at the other end" }
+                    if let reason = handOn(buffers, count: Int(count)) { return reason }
+                    if isStopping { return nil }
                     // Fewer than asked: none was left at that moment (poll tells of the next).
                     if Int(count) < Buffers.count { return nil }
                     continue
@@ -327,9 +310,52 @@ extension ManagementChannel {
             return nil
         }
 
-        /// One frame: parsed, filtered, counted (into `counters`); the event to hand on, if any.
+        /// The `count` frames one call read: parsed and counted, then handed on, in order. News of
+        /// the controllers ends a run, so that it applies (the handler may change the controllers
+        /// in use) before the next frames are filtered. Why the socket ended, if it did.
+        private func handOn(_ buffers: Buffers, count: Int) -> String? {
+            var next = 0
+            while next < count {
+                let wanted = controllers.withLock { $0 }
+                var tally = Counters()
+                var closedAtTheOtherEnd = false
+                buffers.events.removeAll(keepingCapacity: true)
+                while next < count {
+                    // An empty datagram is the end of a stream socket's peer, as recv's 0 is.
+                    if buffers.headers[next].msg_len == 0 {
+                        closedAtTheOtherEnd = true
+                        break
+                    }
+                    let delivery = take(buffers.frame(next), controllers: wanted, counters: &tally)
+                    next += 1
+                    guard let delivery else { continue }
+                    buffers.events.append(delivery)
+                    if case .news = delivery { break }
+                }
+                // Counted before they are handed on: a handler sees counters that include its event.
+                counters.withLock { $0.add(tally) }
+                for delivery in buffers.events {
+                    // The handler may have closed the channel: nothing more after that.
+                    guard !isStopping else { return nil }
+                    switch delivery {
+                    case .device(let event): handler(event)
+                    case .news(let news): controllersChanged(news)
+                    }
+                }
+                if closedAtTheOtherEnd { return "closed at the other end" }
+            }
+            return nil
+        }
+
+        /// What a frame hands on, in the order read.
+        enum Delivery {
+            case device(ManagementEvent)
+            case news(ControllerNews)
+        }
+
+        /// One frame: parsed, filtered, counted (into `counters`); what to hand on, if anything.
         private func take(_ frame: UnsafeRawBufferPointer, controllers: Set<ControllerIndex>,
-                          counters c: inout Counters) -> ManagementEvent? {
+                          counters c: inout Counters) -> Delivery? {
             c.frames += 1
             let event: Event
             do {
@@ -341,8 +367,8 @@ extension ManagementChannel {
                 return nil
             }
             if let news = controllerNews(event) {
-                counters.withLock { $0.frames += 1; $0.controllerEvents += 1 }
-                return controllersChanged(news)
+                c.controllerEvents += 1
+                return .news(news)
             }
             guard let device = ManagementEvent(event) else {
                 c.otherEvents += 1
@@ -358,7 +384,7 @@ extension ManagementChannel {
             }
             if device.advertisingDataDropped { c.droppedAdvertisingData += 1 }
             c.delivered += 1
-            return device
+            return .device(device)
         }
 
         /// What `event` says of the kernel's controllers, applied to `known`; nil when nothing.
