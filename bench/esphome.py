@@ -44,12 +44,19 @@ gattway on that bus (a plain BlueZ client, not --simulate) with `--esphome-api`;
               bluetooth_gatt_read, connected) and through REST (GET .../value on one keep-alive
               connection), alternating blocks; p50 and p99 of each and the ratio of the p50s.
               Phases c and d run gattway on the D-Bus path.
+  e. endurance  (only when asked: --phases endurance) one gattway on the kernel's path, the
+              stream of phase a for 10 windows of 60 s in a row (1.2 million advertisements) to
+              one API client: CPU per forwarded advertisement and RSS in each window; a cost
+              that grows with what was handled shows as the last windows against the first.
 
 For each path one line that a script can read:
   esphome: path=kernel delivered=0.9990 latency_p50_ms=4.10 cpu_us_per_adv=6.1 bleak_cpu_us_per_adv=15.2 ratio=0.40
   esphome: path=kernel unavailable: <why>
+and, for phase e:
+  esphome: endurance path=kernel windows=10 advertisements=1200000 cpu_us_first=5.9 cpu_us_last=5.8 cpu_us_max=6.1 rss_first_mb=.. rss_last_mb=..
 
-Usage: bench/run esphome [--quick] [--phases stream,churn,read] [--paths dbus,kernel] [--window S]
+Usage: bench/run esphome [--quick] [--phases stream,churn,read,endurance] [--paths dbus,kernel] [--window S]
+                         [--endurance-windows N] [--endurance-window S]
 Logs go to .build/bench/esphome-*; the figures also to .build/bench/esphome-results.txt.
 """
 import argparse
@@ -220,9 +227,8 @@ def phase_stream(window, paths, devices=500, interval_ms=250):
         return r
 
 
-def stream_window(st, rig, observer, samples, window, path, socket):
-    """gattway on `path` for `window` seconds of the stream, to one API client: its figures."""
-    label = f"stream-{path}"
+def start_on_path(rig, path, socket, label):
+    """gattway started on `rig`, its advertisements taking `path` (checked in GET /v1/adapters)."""
     rig.start_gattway(path_options(path, socket), label)
 
     def on_path():
@@ -235,6 +241,11 @@ def stream_window(st, rig, observer, samples, window, path, socket):
         said = rig.advertisements()
         raise Unavailable(f'GET /v1/adapters says "advertisements": {said} (gattway\'s log: '
                           f'{rig.log_tail(having=("advertisements", "management"))})') from None
+
+
+def stream_window(st, rig, observer, samples, window, path, socket):
+    """gattway on `path` for `window` seconds of the stream, to one API client: its figures."""
+    start_on_path(rig, path, socket, f"stream-{path}")
     client = Helper(st, f"esphome-client-{path}", "_client", "--port", str(rig.api), "--samples", ",".join(samples),
                     script=__file__)
     client.get(30)
@@ -264,6 +275,39 @@ def stream_window(st, rig, observer, samples, window, path, socket):
         f"{r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms (n={len(latencies)}), gattway "
         f"{r['cpu_per_adv_us']:.1f} µs CPU per advertisement")
     return r
+
+
+def phase_endurance(windows, window, path="kernel", devices=500, interval_ms=250):
+    """e. One gattway, the stream of phase a for `windows` windows of `window` seconds in a row,
+    to one API client: its CPU per forwarded advertisement and RSS in each window, so that a
+    cost that grows with the events handled shows (the first windows against the last)."""
+    with contextlib.ExitStack() as st:
+        missing = kernel_path_missing() if path == "kernel" else None
+        if missing:
+            log(f"  path={path} unavailable: {missing}")
+            return {"path": path, "unavailable": missing}
+        socket = os.path.join(st.enter_context(tempfile.TemporaryDirectory(prefix="gattway-bench-")), "mgmt")
+        sim_options = ("--management-socket", socket) if path == "kernel" else ()
+        rig = Rig(st, "endurance", stream_config(devices, interval_ms), path=None, sim_options=sim_options)
+        start_on_path(rig, path, socket, f"endurance-{path}")
+        client = Helper(st, "esphome-client-endurance", "_client", "--port", str(rig.api), "--samples", "", script=__file__)
+        client.get(30)
+        time.sleep(5)
+        points = []
+        for i in range(windows):
+            cpu0 = cpu_seconds(rig.proc.pid)
+            client.ask(cmd="start")
+            time.sleep(window)
+            got = client.ask(cmd="stop", timeout=60)
+            cpu1 = cpu_seconds(rig.proc.pid)
+            forwarded = got["count_in_window"]
+            points.append({"forwarded": forwarded, "cpu_per_adv_us": (cpu1 - cpu0) / max(1, forwarded) * 1e6,
+                           "rss_mb": rss_mb(rig.proc.pid)})
+            log(f"  window {i + 1}/{windows}: {forwarded} forwarded, {points[-1]['cpu_per_adv_us']:.2f} µs CPU per advertisement, "
+                f"RSS {points[-1]['rss_mb']:.2f} MB")
+        client.ask(cmd="quit")
+        rig.stop_gattway()
+        return {"path": path, "points": points}
 
 
 def libdbus_floor(bus, window):
@@ -541,6 +585,8 @@ def main():
     ap.add_argument("--paths", default="dbus,kernel", help="the stream phase's paths of advertisements into gattway")
     ap.add_argument("--window", type=float, help="seconds measured in the stream phases (default 30, 8 with --quick)")
     ap.add_argument("--addresses", type=int, help="distinct addresses in the churn phase (default 10 000)")
+    ap.add_argument("--endurance-windows", type=int, help="windows in the endurance phase (default 10, 3 with --quick)")
+    ap.add_argument("--endurance-window", type=float, help="seconds a window in the endurance phase (default 60, 8 with --quick)")
     a = ap.parse_args()
     window = a.window or (8 if a.quick else 30)
     bench.clear_last_run("esphome-")
@@ -559,6 +605,10 @@ def main():
     if "read" in phases:
         log("esphome: d. GATT reads through the proxy and through REST")
         res["read"] = phase_read(200 if a.quick else 1000)
+    if "endurance" in phases:
+        windows, seconds = a.endurance_windows or (3 if a.quick else 10), a.endurance_window or (8 if a.quick else 60)
+        log(f"esphome: e. one gattway on the kernel's path, {windows} windows of {seconds:.0f} s of the stream in a row")
+        res["endurance"] = phase_endurance(windows, seconds)
     lines = report(res)
     with open(os.path.join(OUT, "esphome-results.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -610,6 +660,14 @@ def report(res):
                     f"rss_max_mb={max(rss):.2f}"]
     if r:
         summary += [f"read_ratio={r['ratio']:.2f}"]
+    e = res.get("endurance")
+    if e and "unavailable" in e:
+        lines.append(f"esphome: endurance path={e['path']} unavailable: {e['unavailable']}")
+    elif e:
+        cpu = [p["cpu_per_adv_us"] for p in e["points"]]
+        lines.append(f"esphome: endurance path={e['path']} windows={len(cpu)} advertisements={sum(p['forwarded'] for p in e['points'])} "
+                     f"cpu_us_first={cpu[0]:.2f} cpu_us_last={cpu[-1]:.2f} cpu_us_max={max(cpu):.2f} "
+                     f"rss_first_mb={e['points'][0]['rss_mb']:.2f} rss_last_mb={e['points'][-1]['rss_mb']:.2f}")
     if summary:
         lines.append(" ".join(["esphome:", *summary]))
     for line in lines:

@@ -23,11 +23,34 @@ extension AdvertisementData {
     /// advertisement, then the scan response). A structure too short for its type is left out, as
     /// BlueZ leaves it out, and so is one that runs past the end; a complete name wins over a
     /// shortened one; a later structure of a type adds to (lists) or replaces (values) an earlier
-    /// one, as a scan response does after its advertisement. Not generic, and reading `raw` in
-    /// place: it runs for every advertisement heard.
-    public init(advertisingData raw: [UInt8], connectable: Bool?) {
-        self.init(isConnectable: connectable, raw: raw)
-        var shortName: String?
+    /// one, as a scan response does after its advertisement. The name is read now, the rest at
+    /// the first use (see the type); `name` is the local name when the bytes carry none.
+    public init(advertisingData raw: [UInt8], connectable: Bool?, name: String? = nil) {
+        self.init(unparsed: raw, localName: Self.localName(in: raw) ?? name, connectable: connectable)
+    }
+
+    /// The local name the AD structures in `raw` carry: the last complete one, else the last
+    /// shortened one. Reads only the structures' headers but the name's.
+    public static func localName(in raw: [UInt8]) -> String? {
+        var complete: ArraySlice<UInt8>?
+        var shortened: ArraySlice<UInt8>?
+        var offset = 0
+        while offset + 1 < raw.count, raw[offset] != 0 {
+            let end = offset + 1 + Int(raw[offset])
+            guard end <= raw.count else { break }
+            switch raw[offset + 1] {
+            case ADType.completeLocalName: complete = raw[offset + 2..<end]
+            case ADType.shortenedLocalName: shortened = raw[offset + 2..<end]
+            default: break
+            }
+            offset = end
+        }
+        return (complete ?? shortened).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Every field read from `raw` now: not generic, and reading `raw` in place.
+    init(parsing raw: [UInt8], connectable: Bool?) {
+        self.init(localName: Self.localName(in: raw), isConnectable: connectable, raw: raw)
         var offset = 0
         while offset + 1 < raw.count, raw[offset] != 0 {
             let end = offset + 1 + Int(raw[offset])
@@ -44,10 +67,8 @@ extension AdvertisementData {
                 appendUUIDs(data, width: 4)
             case ADType.incompleteUUIDs128, ADType.completeUUIDs128:
                 appendUUIDs(data, width: 16)
-            case ADType.shortenedLocalName:
-                shortName = String(decoding: data, as: UTF8.self)
-            case ADType.completeLocalName:
-                localName = String(decoding: data, as: UTF8.self)
+            case ADType.shortenedLocalName, ADType.completeLocalName:
+                continue  // `localName(in:)`
             case ADType.txPowerLevel:
                 if let level = data.first { txPowerLevel = Int(Int8(bitPattern: level)) }
             case ADType.serviceData16, ADType.serviceData32, ADType.serviceData128:
@@ -62,7 +83,6 @@ extension AdvertisementData {
                 otherStructures[type] = Array(data)
             }
         }
-        if localName == nil { localName = shortName }
     }
 
     /// Little-endian UUIDs of `width` bytes each, those not listed yet; a trailing part shorter

@@ -1,11 +1,18 @@
+import Synchronization
+
 /// What a peripheral advertised, under CoreBluetooth's advertisement-data key names.
 ///
 /// The fields live in one shared box, copied only when a copy is changed: a device's
 /// advertisement is handed on whole at every advertisement heard (the device list, the sensor
-/// board, each door), and one reference is cheaper to pass than seven.
+/// board, each door), and one reference is cheaper to pass than seven. Made from the bytes
+/// (`init(advertisingData:connectable:)`), the box reads its lists and tables from them at the
+/// first use: a stream of advertisements that are only passed on as bytes (a Bluetooth proxy)
+/// never builds them.
 public struct AdvertisementData: Sendable, Hashable {
     private final class Fields: @unchecked Sendable {
-        // Mutated only through `unique()`, when no other value shares the box.
+        // Changed only through `unique()`, when no other value shares the box; the lazily read
+        // fields (`serviceUUIDs` … `otherStructures`) also once by `parsed()`, under `parsing`,
+        // before `pending` turns false (read with acquiring ordering, so readers see them whole).
         var localName: String?
         var serviceUUIDs: [BluetoothUUID]
         var manufacturerData: [UInt16: [UInt8]]
@@ -15,9 +22,13 @@ public struct AdvertisementData: Sendable, Hashable {
         var flags: UInt8?
         var otherStructures: [UInt8: [UInt8]]
         var raw: [UInt8]?
+        /// The lazily read fields are still to be read from `raw`.
+        let pending: Atomic<Bool>
+        let parsing = Mutex(())
 
         init(localName: String?, serviceUUIDs: [BluetoothUUID], manufacturerData: [UInt16: [UInt8]], serviceData: [BluetoothUUID: [UInt8]],
-             txPowerLevel: Int?, isConnectable: Bool?, flags: UInt8?, otherStructures: [UInt8: [UInt8]], raw: [UInt8]?) {
+             txPowerLevel: Int?, isConnectable: Bool?, flags: UInt8?, otherStructures: [UInt8: [UInt8]], raw: [UInt8]?,
+             pending: Bool = false) {
             self.localName = localName
             self.serviceUUIDs = serviceUUIDs
             self.manufacturerData = manufacturerData
@@ -27,20 +38,46 @@ public struct AdvertisementData: Sendable, Hashable {
             self.flags = flags
             self.otherStructures = otherStructures
             self.raw = raw
+            self.pending = Atomic(pending && raw != nil)
+        }
+
+        /// The box with every field read.
+        func parsed() -> Fields {
+            guard pending.load(ordering: .acquiring) else { return self }
+            parsing.withLock { _ in
+                guard pending.load(ordering: .relaxed), let raw else { return }
+                let read = AdvertisementData(parsing: raw, connectable: isConnectable).fields
+                serviceUUIDs = read.serviceUUIDs
+                manufacturerData = read.manufacturerData
+                serviceData = read.serviceData
+                txPowerLevel = read.txPowerLevel
+                flags = read.flags
+                otherStructures = read.otherStructures
+                pending.store(false, ordering: .releasing)
+            }
+            return self
         }
 
         func copy() -> Fields {
-            Fields(localName: localName, serviceUUIDs: serviceUUIDs, manufacturerData: manufacturerData, serviceData: serviceData,
-                   txPowerLevel: txPowerLevel, isConnectable: isConnectable, flags: flags, otherStructures: otherStructures, raw: raw)
+            let f = parsed()
+            return Fields(localName: f.localName, serviceUUIDs: f.serviceUUIDs, manufacturerData: f.manufacturerData, serviceData: f.serviceData,
+                          txPowerLevel: f.txPowerLevel, isConnectable: f.isConnectable, flags: f.flags, otherStructures: f.otherStructures,
+                          raw: f.raw)
         }
     }
 
     private var fields: Fields
 
-    /// The box, copied first if another value shares it.
+    /// The box, read whole, and copied first if another value shares it.
     private mutating func unique() -> Fields {
         if !isKnownUniquelyReferenced(&fields) { fields = fields.copy() }
-        return fields
+        return fields.parsed()
+    }
+
+    /// The bytes' fields read at the first use (`localName` and `isConnectable` are given).
+    init(unparsed raw: [UInt8], localName: String?, connectable: Bool?) {
+        fields = Fields(localName: localName, serviceUUIDs: [], manufacturerData: [:], serviceData: [:], txPowerLevel: nil,
+                        isConnectable: connectable, flags: nil, otherStructures: [:], raw: raw, pending: true)
     }
 
     /// `CBAdvertisementDataLocalNameKey`.
@@ -50,22 +87,22 @@ public struct AdvertisementData: Sendable, Hashable {
     }
     /// `CBAdvertisementDataServiceUUIDsKey`.
     public var serviceUUIDs: [BluetoothUUID] {
-        get { fields.serviceUUIDs }
+        get { fields.parsed().serviceUUIDs }
         _modify { yield &unique().serviceUUIDs }
     }
     /// `CBAdvertisementDataManufacturerDataKey`, split: company identifier → the bytes after it.
     public var manufacturerData: [UInt16: [UInt8]] {
-        get { fields.manufacturerData }
+        get { fields.parsed().manufacturerData }
         _modify { yield &unique().manufacturerData }
     }
     /// `CBAdvertisementDataServiceDataKey`.
     public var serviceData: [BluetoothUUID: [UInt8]] {
-        get { fields.serviceData }
+        get { fields.parsed().serviceData }
         _modify { yield &unique().serviceData }
     }
     /// `CBAdvertisementDataTxPowerLevelKey`, dBm.
     public var txPowerLevel: Int? {
-        get { fields.txPowerLevel }
+        get { fields.parsed().txPowerLevel }
         set { unique().txPowerLevel = newValue }
     }
     /// `CBAdvertisementDataIsConnectable`; nil when unknown.
@@ -75,13 +112,13 @@ public struct AdvertisementData: Sendable, Hashable {
     }
     /// The Flags AD structure's byte (discoverable modes, BR/EDR support), when the stack reports it.
     public var flags: UInt8? {
-        get { fields.flags }
+        get { fields.parsed().flags }
         set { unique().flags = newValue }
     }
     /// Other AD structures as received, by AD type, when the stack passes them on (types the
     /// fields above carry are not among them).
     public var otherStructures: [UInt8: [UInt8]] {
-        get { fields.otherStructures }
+        get { fields.parsed().otherStructures }
         _modify { yield &unique().otherStructures }
     }
     /// The AD structures as the controller reported them (advertisement, then scan response),

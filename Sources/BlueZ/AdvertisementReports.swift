@@ -125,20 +125,21 @@ final class AdvertisementReports: Sendable {
         let now = Date()
         let raw = found.advertisingData.bytes
         let (snapshot, dataChanged) = kernelSnapshots.withLock { s -> (PeripheralInfo, Bool) in
-            var info = s[key] ?? fresh(found, adapter: adapter)
-            let changed = info.advertisement.raw != raw
-            if changed {
-                let name = info.advertisement.localName
-                info.advertisement = AdvertisementData(advertisingData: raw, connectable: !found.flags.contains(.notConnectable))
-                // A scan response carries the name, the advertisement often not: the last one holds.
-                if info.advertisement.localName == nil { info.advertisement.localName = name }
-                if info.name == nil { info.name = info.advertisement.localName }
+            if s.count >= Self.kernelLimit, s[key] == nil { s.removeAll(keepingCapacity: true) }
+            // Changed in place: one lookup, no copy of the snapshot in and out of the table.
+            func update(_ info: inout PeripheralInfo) -> (PeripheralInfo, Bool) {
+                let changed = info.advertisement.raw != raw
+                if changed {
+                    // A scan response carries the name, the advertisement often not: the last one holds.
+                    info.advertisement = AdvertisementData(advertisingData: raw, connectable: !found.flags.contains(.notConnectable),
+                                                           name: info.advertisement.localName)
+                    if info.name == nil { info.name = info.advertisement.localName }
+                }
+                info.rssi = found.rssi
+                info.lastSeen = now
+                return (info, changed)
             }
-            info.rssi = found.rssi
-            info.lastSeen = now
-            if s[key] == nil, s.count >= Self.kernelLimit { s.removeAll(keepingCapacity: true) }
-            s[key] = info
-            return (info, changed)
+            return update(&s[key, default: fresh(found, adapter: adapter)])
         }
         report(snapshot, on: adapter, advertised: true, dataChanged: dataChanged, at: now)
     }

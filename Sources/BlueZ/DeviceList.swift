@@ -54,15 +54,17 @@ final class DeviceList: Sendable {
 
         /// Notes a device heard now; whether it is new to the watch.
         mutating func hear(_ address: BluetoothAddress, _ snapshot: PeripheralInfo?, at now: Date) -> Bool {
-            let known = heard[address] != nil
-            if !known, heard.count >= Self.limit { forget(before: now.addingTimeInterval(-forgetAfter)) }
-            if !known, heard.count >= Self.limit, let oldest = heard.min(by: { $0.value < $1.value })?.key {
+            // One lookup a table for a device heard again (every advertisement of a stream).
+            let known = heard.updateValue(now, forKey: address) != nil
+            if let snapshot { last[address] = snapshot }
+            guard !known else { return false }
+            if heard.count > Self.limit { forget(before: now.addingTimeInterval(-forgetAfter)) }
+            if heard.count > Self.limit,
+               let oldest = heard.lazy.filter({ $0.key != address }).min(by: { $0.value < $1.value })?.key {
                 heard[oldest] = nil
                 last[oldest] = nil
             }
-            heard[address] = now
-            last[address] = snapshot ?? last[address]
-            return !known
+            return true
         }
 
         mutating func forget(before cutoff: Date) {
@@ -134,9 +136,9 @@ final class DeviceList: Sendable {
     /// steady and a device out of one adapter's reach is heard through the other.
     func sighted(_ address: BluetoothAddress, on adapter: Substring, rssi: Int?, at now: Date) -> Bool {
         let name = String(adapter)
-        return heardBy.withLock { h in
-            h[address, default: [:]][name] = Heard(rssi: rssi, at: now)
-            guard let all = h[address], all.count > 1 else { return true }
+        func isVoice(_ all: inout [String: Heard]) -> Bool {
+            all[name] = Heard(rssi: rssi, at: now)
+            guard all.count > 1 else { return true }
             let mine = rssi ?? -127
             return !all.contains { other, heard in
                 guard other != name, now.timeIntervalSince(heard.at) < Self.voice else { return false }
@@ -144,6 +146,8 @@ final class DeviceList: Sendable {
                 return theirs > mine || (theirs == mine && other < name)
             }
         }
+        // In place: one lookup, no copy of the device's table.
+        return heardBy.withLock { isVoice(&$0[address, default: [:]]) }
     }
 
     /// How long an adapter that hears a device better speaks for it after its last report.

@@ -26,10 +26,29 @@ public enum Sensors {
     })
 
     /// Whether some decoder would look at `advertisement` (`decode` may still find nothing):
-    /// cheaper than decoding, for the many advertisements that are no sensor's.
+    /// cheaper than decoding, for the many advertisements that are no sensor's. With the bytes,
+    /// read from their structures' headers (the fields are not built for it).
     public static func mayDecode(_ advertisement: AdvertisementData) -> Bool {
-        advertisement.serviceData.keys.contains(where: serviceDataUUIDs.contains)
-            || advertisement.manufacturerData.keys.contains(where: companies.contains)
+        guard let raw = advertisement.raw else {
+            return advertisement.serviceData.keys.contains(where: serviceDataUUIDs.contains)
+                || advertisement.manufacturerData.keys.contains(where: companies.contains)
+        }
+        var offset = 0
+        while offset + 1 < raw.count, raw[offset] != 0 {
+            let end = offset + 1 + Int(raw[offset])
+            guard end <= raw.count else { break }
+            // Both start with a 16-bit little-endian number: the UUID, the company.
+            if end - offset >= 4 {
+                let number = UInt16(raw[offset + 2]) | UInt16(raw[offset + 3]) << 8
+                switch raw[offset + 1] {
+                case AdvertisementData.ADType.serviceData16 where serviceDataUUIDs.contains(BluetoothUUID(uint16: number)): return true
+                case AdvertisementData.ADType.manufacturerData where companies.contains(number): return true
+                default: break
+                }
+            }
+            offset = end
+        }
+        return false
     }
 
     /// The reading of the first decoder that recognises its payload in `advertisement`, or nil.

@@ -55,4 +55,31 @@ import Testing
     @Test func aUUIDListedTwiceIsListedOnce() {
         #expect(Self.read([0x03, 0x02, 0x0D, 0x18, 0x03, 0x03, 0x0D, 0x18]).serviceUUIDs == [BluetoothUUID("180D")!])
     }
+    /// Read lazily: what the bytes give is the same whichever field is asked first, from
+    /// several threads at once, and a copy changed keeps the others' fields.
+    @Test func fieldsReadAtTheFirstUseAreTheSameFromEveryThreadAndCopiesStayApart() async {
+        let bytes: [UInt8] = [0x02, 0x01, 0x06, 0x03, 0x03, 0x0F, 0x18, 0x05, 0xFF, 0x4C, 0x00, 0x02, 0x15, 0x04, 0x08, 0x48, 0x52, 0x4D]
+        let ad = Self.read(bytes)
+        #expect(ad.localName == "HRM")  // read at once, with no other field
+        let seen = await withTaskGroup(of: [String].self) { group in
+            for _ in 0..<8 {
+                group.addTask { ["\(ad.flags ?? 0)", "\(ad.serviceUUIDs)", "\(ad.manufacturerData)", "\(ad.serviceData)"] }
+            }
+            return await group.reduce(into: Set<[String]>()) { $0.insert($1) }
+        }
+        #expect(seen == [["6", "[\(BluetoothUUID("180F")!)]", "[76: [2, 21]]", "[:]"]])
+        var changed = Self.read(bytes)
+        changed.manufacturerData[0x004C] = [0x01]
+        #expect(changed.flags == 0x06 && changed.serviceUUIDs == [BluetoothUUID("180F")!] && changed.localName == "HRM")
+        let shared = changed
+        changed.txPowerLevel = 4
+        #expect(shared.txPowerLevel == nil && changed.manufacturerData == [0x004C: [0x01]] && shared.manufacturerData == [0x004C: [0x01]])
+    }
+
+    /// The name an earlier scan response gave holds when the bytes carry none; theirs wins.
+    @Test func aNameGivenHoldsUnlessTheBytesCarryOne() {
+        #expect(AdvertisementData(advertisingData: [0x02, 0x01, 0x06], connectable: true, name: "Kept").localName == "Kept")
+        #expect(AdvertisementData(advertisingData: [0x03, 0x09, 0x41, 0x42], connectable: true, name: "Kept").localName == "AB")
+    }
 }
+

@@ -167,12 +167,33 @@ let rawPayloads: [(String, AdvertisementData, BluetoothAddress?)] = [
         #expect(reading == vector.reading)
         // The sensor board asks this first: every advertisement a decoder reads must pass it.
         #expect(Sensors.mayDecode(vector.advertisement))
+        // The same advertisement as the kernel reports it, its bytes: read the same.
+        let bytes = asBytes(vector.advertisement)
+        #expect(Sensors.mayDecode(AdvertisementData(advertisingData: bytes, connectable: nil)))
+        #expect(Sensors.decode(AdvertisementData(advertisingData: bytes, connectable: nil), address: vector.address) == reading)
+    }
+
+    /// 16-bit service data and manufacturer data as AD structures.
+    private func asBytes(_ ad: AdvertisementData) -> [UInt8] {
+        var out: [UInt8] = []
+        for (uuid, data) in ad.serviceData {
+            let short = uuid.uint16!
+            out += [UInt8(data.count + 3), 0x16, UInt8(short & 0xFF), UInt8(short >> 8)] + data
+        }
+        for (company, data) in ad.manufacturerData {
+            out += [UInt8(data.count + 3), 0xFF, UInt8(company & 0xFF), UInt8(company >> 8)] + data
+        }
+        return out
     }
 
     @Test func advertisementsNoDecoderReadsAreToldApartCheaply() {
         #expect(!Sensors.mayDecode(AdvertisementData()))
         #expect(!Sensors.mayDecode(AdvertisementData(manufacturerData: [0xFFFF: [0]], serviceData: [BluetoothUUID(uint16: 0x180F): [100]])))
         #expect(Sensors.mayDecode(AdvertisementData(manufacturerData: [0xFFFF: [0], 0x004C: []])))
+        #expect(!Sensors.mayDecode(AdvertisementData(advertisingData: [0x04, 0xFF, 0xFF, 0xFF, 0x00, 0x02, 0x01, 0x06], connectable: nil)))
+        #expect(Sensors.mayDecode(AdvertisementData(advertisingData: [0x02, 0x01, 0x06, 0x03, 0xFF, 0x4C, 0x00], connectable: nil)))
+        // Too short to hold a company identifier: no decoder's.
+        #expect(!Sensors.mayDecode(AdvertisementData(advertisingData: [0x02, 0xFF, 0x4C], connectable: nil)))
     }
 
     @Test(arguments: rawPayloads)
