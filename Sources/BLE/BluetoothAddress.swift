@@ -40,6 +40,16 @@ public struct BluetoothAddress: Sendable, Hashable, Comparable {
     /// 6 bytes, most significant first.
     public var bytes: [UInt8] { Hex.bigEndianBytes(value, count: 6) }
 
+    /// The address as a 48-bit integer (AA:BB:CC:DD:EE:FF is 0xAABBCCDDEEFF), as the ESPHome API
+    /// carries it.
+    public var integer: UInt64 { value }
+
+    /// From a 48-bit integer; nil when it has more bits.
+    public init?(integer: UInt64) {
+        guard integer >> 48 == 0 else { return nil }
+        value = integer
+    }
+
     /// The six uppercase groups joined by `separator` ("AA_BB_CC_DD_EE_FF" with "_").
     public func joined(by separator: String) -> String {
         bytes.map { Hex.string([$0], uppercase: true) }.joined(separator: separator)

@@ -27,12 +27,11 @@ enum RawAdvertisement {
     }
 
     /// AA:BB:CC:DD:EE:FF as 0xAABBCCDDEEFF.
-    static func address(_ id: BluetoothAddress) -> UInt64 {
-        id.bytes.reduce(0) { $0 << 8 | UInt64($1) }
-    }
+    static func address(_ id: BluetoothAddress) -> UInt64 { id.integer }
 
+    /// The address of the API's integer (its low 48 bits).
     static func device(_ address: UInt64) -> BluetoothAddress {
-        BluetoothAddress(bytes: (0..<6).map { UInt8(truncatingIfNeeded: address >> (8 * (5 - UInt64($0)))) })!
+        BluetoothAddress(integer: address & 0xFFFF_FFFF_FFFF)!
     }
 
     /// 0 public, 1 random (BlueZ's "public" / "random").

@@ -3,6 +3,13 @@ import FoundationEssentials
 import Testing
 
 @Suite struct BluetoothAddressTests {
+    @Test func asA48BitInteger() {
+        let address = BluetoothAddress("AA:BB:CC:DD:EE:0F")!
+        #expect(address.integer == 0xAABB_CCDD_EE0F)
+        #expect(BluetoothAddress(integer: 0xAABB_CCDD_EE0F) == address)
+        #expect(BluetoothAddress(integer: 1 << 48) == nil)
+    }
+
     @Test(arguments: [
         ("AA:BB:CC:DD:EE:FF", "AA:BB:CC:DD:EE:FF"),
         ("aa:bb:cc:dd:ee:ff", "AA:BB:CC:DD:EE:FF"),
