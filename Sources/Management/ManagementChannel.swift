@@ -26,8 +26,10 @@ public final class ManagementChannel: Sendable {
         public var otherControllers = 0
         /// Device events of classic (BR/EDR) devices, not handed on.
         public var classicDevices = 0
-        /// Well-formed frames of other kinds (command answers, settings changes, ...).
+        /// Well-formed frames of other kinds (settings changes, answers nobody waited for, ...).
         public var otherEvents = 0
+        /// Answers to the commands this channel sent (`command`).
+        public var answers = 0
         /// Reads the socket refused.
         public var readErrors = 0
 
@@ -77,11 +79,44 @@ public final class ManagementChannel: Sendable {
 
     public var counters: Counters { reader.counters.withLock { $0 } }
 
+    /// A command's answer: Command Complete's status and return parameters, or a Command Status
+    /// that failed (no parameters).
+    public struct Answer: Sendable, Equatable {
+        public var status: Status
+        public var parameters: [UInt8]
+
+        public init(status: Status, parameters: [UInt8] = []) {
+            self.status = status
+            self.parameters = parameters
+        }
+    }
+
+    /// Sends `opcode` for `controller` and waits for its answer, at most `timeout`. The kernel
+    /// answers each socket's commands in the order sent; several may wait at once.
+    public func command(_ opcode: Opcode, controller: ControllerIndex, parameters: [UInt8] = [],
+                        timeout: Duration = .seconds(5)) async throws(ChannelError) -> Answer {
+        let id = reader.nextCommand.add(1, ordering: .relaxed).newValue
+        let frame = Frame.command(opcode, controller: controller, parameters: parameters)
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, ChannelError>, Never>) in
+            reader.pending.withLock { $0.append(Reader.Waiting(id: id, opcode: opcode, controller: controller, continuation: continuation)) }
+            if let refused = reader.send(frame) {
+                reader.answer(id: id, .failure(refused))
+                return
+            }
+            Task { [reader] in
+                try? await Task.sleep(for: timeout)
+                reader.answer(id: id, .failure(ChannelError("the kernel did not answer \(opcode) for \(controller) within \(timeout)")))
+            }
+        }
+        return try result.get()
+    }
+
     /// Stops reading and closes the socket; the handler is not called after it returns (when
     /// called from the handler itself, after the handler returns).
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         reader.stop()
+        reader.answerAll(ChannelError("the management channel closed"))
         if reader.isCurrentThread { return }
         done.wait()
         reader.closeDescriptors()
@@ -115,7 +150,19 @@ extension ManagementChannel {
         /// `close` came from the handler: the thread closes the descriptors as it ends.
         private let closeOnExit = Atomic<Bool>(false)
         private let thread = Mutex<pthread_t?>(nil)
-        private let descriptorsClosed = Atomic<Bool>(false)
+        /// Set once the descriptors are closed; sends hold it, so that none goes to a closed
+        /// (or reused) descriptor.
+        private let descriptorsClosed = Mutex(false)
+        /// Commands waiting for their answers, oldest first.
+        let pending = Mutex<[Waiting]>([])
+        let nextCommand = Atomic<Int>(0)
+
+        struct Waiting {
+            let id: Int
+            let opcode: Opcode
+            let controller: ControllerIndex
+            let continuation: CheckedContinuation<Result<Answer, ChannelError>, Never>
+        }
 
         init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, log: @escaping @Sendable (String) -> Void,
              ended: @escaping @Sendable (String) -> Void, handler: @escaping @Sendable (ManagementEvent) -> Void) {
@@ -143,9 +190,51 @@ extension ManagementChannel {
         }
 
         func closeDescriptors() {
-            guard !descriptorsClosed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-            Glibc.close(fd)
-            Glibc.close(wake)
+            descriptorsClosed.withLock { closed in
+                guard !closed else { return }
+                closed = true
+                Glibc.close(fd)
+                Glibc.close(wake)
+            }
+        }
+
+        /// Sends one frame; why not, if it was not sent whole.
+        func send(_ frame: [UInt8]) -> ChannelError? {
+            descriptorsClosed.withLock { closed -> ChannelError? in
+                guard !closed, !isStopping else { return ChannelError("the management channel closed") }
+                while true {
+                    let sent = Glibc.send(fd, frame, frame.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                    if sent == frame.count { return nil }
+                    if sent < 0 && errno == EINTR { continue }
+                    return sent < 0 ? ChannelError(call: "send", errno: errno) : ChannelError("send: \(sent) of \(frame.count) bytes")
+                }
+            }
+        }
+
+        /// Resumes the command `id` with `result`, unless it was answered already.
+        func answer(id: Int, _ result: Result<Answer, ChannelError>) {
+            let waiting = pending.withLock { list -> Waiting? in
+                guard let i = list.firstIndex(where: { $0.id == id }) else { return nil }
+                return list.remove(at: i)
+            }
+            waiting?.continuation.resume(returning: result)
+        }
+
+        /// Resumes every waiting command with `error` (the channel ends).
+        func answerAll(_ error: ChannelError) {
+            for waiting in pending.withLock({ list in defer { list = [] }; return list }) {
+                waiting.continuation.resume(returning: .failure(error))
+            }
+        }
+
+        /// An answer for the oldest command waiting for it; false when none waits.
+        private func answered(_ opcode: Opcode, _ controller: ControllerIndex, _ answer: Answer) -> Bool {
+            let waiting = pending.withLock { list -> Waiting? in
+                guard let i = list.firstIndex(where: { $0.opcode == opcode && $0.controller == controller }) else { return nil }
+                return list.remove(at: i)
+            }
+            waiting?.continuation.resume(returning: .success(answer))
+            return waiting != nil
         }
 
         private var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -183,6 +272,7 @@ extension ManagementChannel {
         }
 
         private func end(_ reason: String) {
+            answerAll(ChannelError("the management socket ended: \(reason)"))
             guard !isStopping else { return }
             log("management socket: \(reason); no more events from it")
             ended(reason)
@@ -226,7 +316,20 @@ extension ManagementChannel {
                 return
             }
             guard let device = ManagementEvent(event) else {
-                return counters.withLock { $0.frames += 1; $0.otherEvents += 1 }
+                var isAnswer = false
+                switch event {
+                case .commandComplete(let opcode, let status, let controller, let parameters):
+                    isAnswer = answered(opcode, controller, Answer(status: status, parameters: parameters))
+                case .commandStatus(let opcode, let status, let controller) where status != .success:
+                    // A success status means "pending": the Command Complete follows.
+                    isAnswer = answered(opcode, controller, Answer(status: status))
+                default:
+                    break
+                }
+                return counters.withLock { c in
+                    c.frames += 1
+                    if isAnswer { c.answers += 1 } else { c.otherEvents += 1 }
+                }
             }
             let wanted = controllers.withLock { $0.contains(device.controller) }
             let deliver = counters.withLock { c -> Bool in
