@@ -13,13 +13,28 @@ import Synchronization
 /// net.core.wmem_max), and one that does not fit is dropped for that client and counted, as the
 /// kernel drops an event for a management socket whose receive buffer is full. A client that
 /// closed its end is let go at the next frame.
+///
+/// A client may send commands, as to the kernel: each is handed to `commands` (the engine), and
+/// its answer goes to that client alone.
 final class ManagementStream: Sendable {
     private struct Client {
+        let id: Int
         let fd: Int32
+        /// Reads the client's commands; cancelling it closes `fd`.
+        let reader: Listener
         var dropped = 0
     }
 
+    /// Answers one command frame (the engine's): the frames to send back to its client.
+    typealias CommandHandler = @Sendable ([UInt8]) async -> [[UInt8]]
+
     private let clients = Mutex<[Client]>([])
+    private let nextClient = Atomic<Int>(0)
+    private let commands = Mutex<CommandHandler?>(nil)
+    /// Commands are answered one at a time, in the order read.
+    private let commandQueue: AsyncStream<(client: Int, frame: [UInt8])>.Continuation
+    private let commandTask: Mutex<Task<Void, Never>?>
+    private let readQueue = DispatchQueue(label: "gattway-sim.management.commands")
     /// Some client is connected: the engine builds no frame while none is.
     private let active = Atomic<Bool>(false)
     private let counters = Mutex(ManagementStreamCounters())
@@ -31,8 +46,37 @@ final class ManagementStream: Sendable {
     /// more than a second of the benchmark's 2 000 advertisements a second.
     static let sendBuffer: Int32 = 1 << 20
 
-    init(log: @escaping @Sendable (String) -> Void) { self.log = log }
+    init(log: @escaping @Sendable (String) -> Void) {
+        self.log = log
+        let (stream, continuation) = AsyncStream<(client: Int, frame: [UInt8])>.makeStream(bufferingPolicy: .bufferingOldest(256))
+        commandQueue = continuation
+        commandTask = Mutex(nil)
+        let task = Task { [weak self] in
+            for await (client, frame) in stream {
+                guard let self, let handle = self.commands.withLock({ $0 }) else { continue }
+                self.answer(client, await handle(frame))
+            }
+        }
+        commandTask.withLock { $0 = task }
+    }
 
+    deinit {
+        commandQueue.finish()
+        commandTask.withLock { $0?.cancel() }
+    }
+
+    /// Sends `frames` to client `id` alone (a command's answer).
+    private func answer(_ id: Int, _ frames: [[UInt8]]) {
+        clients.withLock { list in
+            guard let client = list.first(where: { $0.id == id }) else { return }
+            for frame in frames { _ = Glibc.send(client.fd, frame, frame.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) }
+        }
+    }
+
+    /// Who answers the clients' commands (none: they go unanswered).
+    func setCommandHandler(_ handler: @escaping CommandHandler) {
+        commands.withLock { $0 = handler }
+    }
     var isActive: Bool { active.load(ordering: .relaxed) }
 
     var currentCounters: ManagementStreamCounters {
@@ -104,11 +148,43 @@ final class ManagementStream: Sendable {
     private func add(_ fd: Int32) {
         var size = Self.sendBuffer
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        let id = nextClient.add(1, ordering: .relaxed).newValue
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: readQueue)
+        source.setEventHandler { [weak self] in self?.readCommands(of: id, fd) }
+        source.setCancelHandler { Glibc.close(fd) }
         clients.withLock { list in
-            list.append(Client(fd: fd))
+            list.append(Client(id: id, fd: fd, reader: Listener(source: source, path: "")))
             active.store(true, ordering: .relaxed)
         }
         counters.withLock { $0.connected += 1 }
+        source.resume()
+    }
+
+    /// The commands a client sent (one per packet); a client that closed its end is let go.
+    private func readCommands(of id: Int, _ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if count > 0 {
+                if case .dropped = commandQueue.yield((id, Array(buffer[..<count]))) {
+                    log("management stream: too many commands waiting; one dropped")
+                }
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            // Closed at the other end, or broken.
+            let gone = clients.withLock { list -> Client? in
+                guard let i = list.firstIndex(where: { $0.id == id }) else { return nil }
+                defer { if list.count == 1 { active.store(false, ordering: .relaxed) } }
+                return list.remove(at: i)
+            }
+            if let gone {
+                gone.reader.source.cancel()
+                counters.withLock { $0.left += 1 }
+            }
+            return
+        }
     }
 
     /// Sends one frame to every client (called by the engine, one frame at a time).
@@ -135,7 +211,7 @@ final class ManagementStream: Sendable {
                         continue
                     }
                     // It closed its end (EPIPE, ECONNRESET): let it go.
-                    Glibc.close(list[i].fd)
+                    list[i].reader.source.cancel()
                     list.remove(at: i)
                     gone += 1
                 }
@@ -157,14 +233,15 @@ final class ManagementStream: Sendable {
             unlink(listening.path)
         }
         clients.withLock { list in
-            for client in list { Glibc.close(client.fd) }
+            for client in list { client.reader.source.cancel() }
             list = []
             active.store(false, ordering: .relaxed)
         }
     }
 }
 
-/// The listening socket's accept source. Unchecked: Dispatch's sources may be cancelled from any thread.
+/// The listening socket's accept source, or a client's read source (no path). Unchecked:
+/// Dispatch's sources may be cancelled from any thread.
 private final class Listener: @unchecked Sendable {
     let source: any DispatchSourceRead
     let path: String
