@@ -27,15 +27,19 @@ final class KernelAdvertisements: Sendable {
     private let reports: AdvertisementReports
     private let source: AdvertisementSource
     private let log: @Sendable (String) -> Void
+    /// Passive scanning, on the same channel.
+    private let monitors: AdvertisementMonitors
     private let channel = Mutex<ManagementChannel?>(nil)
     /// The controllers the kernel listed when the channel opened; nil for a stream of frames
     /// (the simulator's), which is of BlueZ's adapters by construction.
     private let known = Mutex<Set<ControllerIndex>?>(nil)
 
-    init(link: BusLink, reports: AdvertisementReports, source: AdvertisementSource, log: @escaping @Sendable (String) -> Void) {
+    init(link: BusLink, reports: AdvertisementReports, source: AdvertisementSource, monitors: AdvertisementMonitors,
+         log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.reports = reports
         self.source = source
+        self.monitors = monitors
         self.log = log
     }
 
@@ -60,6 +64,8 @@ final class KernelAdvertisements: Sendable {
         }
         let opened: ManagementChannel?
         let why: String
+        // The simulator's stream answers the monitor commands; a kernel says whether it does.
+        var monitorCommands = true
         switch source {
         case .dbus:
             (opened, why) = (nil, "--advertisements dbus")
@@ -67,6 +73,8 @@ final class KernelAdvertisements: Sendable {
             switch ManagementChannel.open(controllers: controllers, log: log, ended: ended, handler: handler) {
             case .opened(let c, let kernel):
                 known.withLock { $0 = Set(kernel.controllers) }
+                monitorCommands = [Opcode.readAdvertisementMonitorFeatures, .addAdvertisementPatternsMonitor, .removeAdvertisementMonitor]
+                    .allSatisfy { kernel.supported.commands.contains($0.rawValue) }
                 (opened, why) = (c, "the kernel's management socket")
             case .notPermitted(let reason): (opened, why) = (nil, "the kernel's management socket is not permitted (\(reason)); run as root or grant CAP_NET_ADMIN")
             case .unavailable(let reason): (opened, why) = (nil, "no kernel management socket here (\(reason))")
@@ -91,6 +99,7 @@ final class KernelAdvertisements: Sendable {
             return
         }
         channel.withLock { $0 = opened }
+        monitors.opened(opened, supported: monitorCommands)
         await link.signals.setScope(.engagedDevices)
         log("advertisements: from \(why); BlueZ's device signals only for devices gattway connects, pairs or finds linked")
     }
@@ -112,6 +121,7 @@ final class KernelAdvertisements: Sendable {
     var counters: ManagementChannel.Counters? { channel.withLock { $0 }?.counters }
 
     func close() {
+        monitors.close()
         channel.withLock { c in defer { c = nil }; return c }?.close()
     }
 
@@ -119,12 +129,15 @@ final class KernelAdvertisements: Sendable {
     private func ended(_ reason: String) {
         guard channel.withLock({ c in defer { c = nil }; return c != nil }) else { return }
         log("advertisements: the management channel ended (\(reason)); from BlueZ's D-Bus signals from now on")
+        monitors.ended()
         backToDBus()
     }
 
     /// The channel is of no use here: closed, and back to D-Bus.
     private func end(_ reason: String) {
         guard let closing = channel.withLock({ c in defer { c = nil }; return c }) else { return }
+        monitors.close()
+        monitors.ended()
         closing.close()
         log("advertisements: from BlueZ's D-Bus signals (\(reason))")
         backToDBus()

@@ -91,6 +91,12 @@ public final class ManagementChannel: Sendable {
         }
     }
 
+    /// Sends `opcode` for `controller` without waiting for its answer (at shutdown); why not,
+    /// if it was not sent.
+    public func post(_ opcode: Opcode, controller: ControllerIndex, parameters: [UInt8] = []) -> ChannelError? {
+        reader.send(Frame.command(opcode, controller: controller, parameters: parameters))
+    }
+
     /// Sends `opcode` for `controller` and waits for its answer, at most `timeout`. The kernel
     /// answers each socket's commands in the order sent; several may wait at once.
     public func command(_ opcode: Opcode, controller: ControllerIndex, parameters: [UInt8] = [],
@@ -131,7 +137,7 @@ public struct ChannelError: Error, Sendable, CustomStringConvertible {
         description = "\(call): \(String(cString: strerror(code)))"
     }
 
-    init(_ description: String) {
+    public init(_ description: String) {
         self.description = description
     }
 }
