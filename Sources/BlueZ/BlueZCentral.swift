@@ -199,6 +199,13 @@ public final class BlueZCentral: Central {
     }
 
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
+        // A device the kernel heard lately that BlueZ does not know (a passive scan's: bluetoothd
+        // makes no object of the monitor's reports): a short discovery of its own lets BlueZ
+        // learn it first.
+        if link.advertisementPath == .kernel, (try? link.index.devicePath(id)) == nil, let heard = try? devices.peripheral(id), !heard.stale {
+            log("\(id): heard but unknown to BlueZ (a passive scan's); discovering until BlueZ has it")
+            _ = await discovery.lookFor(id, within: min(timeout, Connector.lookForDeadline))
+        }
         let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect, adapter: adapter)
         settle(id)
         await gatt.resubscribe(id)

@@ -293,12 +293,13 @@ final class DeviceList: Sendable {
         return info
     }
 
-    /// A device BlueZ no longer knows, as it was last seen.
+    /// A device BlueZ does not know (any more), as it was last seen: stale once not heard for
+    /// `staleAfter` (one only a passive scan heard is unknown to BlueZ and may be fresh).
     private func stale(_ snapshot: PeripheralInfo) -> PeripheralInfo {
         var info = snapshot
         info.state = .disconnected
         info.mtu = nil
-        info.stale = true
+        info.stale = info.lastSeen.map { -$0.timeIntervalSinceNow > staleAfter } ?? true
         info.reconnect = reconnects.withLock { $0[info.id] }
         return info
     }

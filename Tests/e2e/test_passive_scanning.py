@@ -1,0 +1,179 @@
+"""Issue 36's passive scanning on the simulator: on the kernel's advertisement path (the default
+of `--simulate`) a scan or the watch with `active: false` runs no BlueZ discovery; gattway adds an
+advertisement monitor on the management channel (the simulator answers as the kernel does) and the
+controller scans passively: what it hears comes as Advertisement Monitor Device Found frames,
+without scan responses, and bluetoothd makes no device objects of it. The state says which mode
+really runs; a device heard only so can be connected; the ESPHome proxy honours Home Assistant's
+scanner mode. On the D-Bus path a passive scan is refused (501) and a passive watch says active.
+The real kernel proves the same in the lab (test_kernel_realbluez.py)."""
+import asyncio
+import json
+import subprocess
+
+from aioesphomeapi.model import BluetoothScannerMode
+
+from conftest import Gateway, wait_for
+from esphome_client import ad_structures, address_int, connected, esphome_port
+
+SENSOR = "A4:C1:38:00:00:01"
+PERIPH = "C0:FF:EE:00:00:36"
+
+DEVICES = {"devices": [
+    # bthome.io/format's opening example with a packet id: 25.00 °C, 50.55 %.
+    {"address": SENSOR, "name": "Passive BTHome", "connectable": False, "advertisingIntervalMs": 200,
+     "serviceData": {"FCD2": "40000102C40903BF13"}},
+    # Its name only in its scan response, which a passive scan never asks for.
+    {"address": PERIPH, "name": "Scan Response Name", "nameInScanResponse": True, "advertisingIntervalMs": 200,
+     "uuids": ["180F"], "manufacturerData": {"0xFFFF": "3336"},
+     "services": [{"uuid": "180F", "characteristics": [{"uuid": "2A19", "flags": ["read"], "value": "5d"}]}]},
+]}
+
+
+def start(tmp_path, *args):
+    config = tmp_path / "passive.json"
+    config.write_text(json.dumps(DEVICES))
+    return Gateway(["--simulate", str(config), "--no-watch", *args])
+
+
+def bluez_objects(gw):
+    """The object paths bluetoothd (the simulator) exports."""
+    out = subprocess.run(["dbus-send", "--bus=" + gw.bus, "--print-reply", "--dest=org.bluez", "/",
+                          "org.freedesktop.DBus.ObjectManager.GetManagedObjects"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def device_path(address):
+    return "/org/bluez/hci0/dev_" + address.replace(":", "_")
+
+
+def scan_mode(gw):
+    status, body, _ = gw.get("/v1/scan")
+    assert status == 200, body
+    return body.get("mode")
+
+
+def devices(gw):
+    return {d["id"]: d for d in gw.get("/v1/devices")[1]["devices"]}
+
+
+def sensor(gw):
+    status, body, _ = gw.get(f"/v1/sensors/{SENSOR}")
+    return body if status == 200 else None
+
+
+def test_a_passive_scan_hears_advertisements_without_scan_responses_and_connects(tmp_path):
+    gw = start(tmp_path)
+    try:
+        status, body, _ = gw.post("/v1/scan", {"active": False})
+        assert status == 200, body
+        assert body["scanning"] and body["mode"] == "passive" and body["filters"]["active"] is False, body
+        # The sensor's reading decodes from what the monitor heard.
+        heard = wait_for(lambda: sensor(gw), 5)
+        assert heard, gw.log[-20:]
+        assert heard["reading"]["measurements"] == {"temperature": {"value": 25, "unit": "°C"},
+                                                    "humidity": {"value": 50.55, "unit": "%"}}
+        listed = wait_for(lambda: devices(gw).get(PERIPH), 5)
+        assert listed, devices(gw)
+        # No scan request went out: the name in the scan response is not known; the advertisement's data is.
+        assert listed.get("name") is None and listed["advertisement"].get("localName") is None, listed
+        assert listed["advertisement"]["manufacturerData"] == {"65535": "3336"} and "stale" not in listed, listed
+        assert devices(gw)[SENSOR].get("name") == "Passive BTHome"
+        # BlueZ ran no discovery and knows neither device; the scan says passive.
+        assert gw.call_count("StartDiscovery", "") == 0
+        objects = bluez_objects(gw)
+        assert device_path(PERIPH) not in objects and device_path(SENSOR) not in objects, objects
+        assert scan_mode(gw) == "passive"
+        assert any("advertisement monitor 1 added on hci0" in line for line in gw.log), gw.log[-20:]
+
+        # A device heard only passively connects: a short discovery makes BlueZ learn it.
+        status, body, _ = gw.post(f"/v1/devices/{PERIPH}/connect", {"timeout": 15})
+        assert status == 200, body
+        assert body["state"] == "connected", body
+        status, value, _ = gw.get(f"/v1/devices/{PERIPH}/characteristics/2a19/value")
+        assert status == 200 and value["value"] == "5d", value
+        assert gw.post(f"/v1/devices/{PERIPH}/disconnect")[0] == 200
+        # The connect's discovery over, the scan is passive again.
+        assert wait_for(lambda: scan_mode(gw) == "passive", 10), gw.get("/v1/scan")
+
+        # The watch (active) beside it: the controller scans actively, and the scan says so.
+        assert gw.request("PUT", "/v1/watch", {})[0] == 200
+        assert wait_for(lambda: scan_mode(gw) == "active", 5)
+        assert gw.delete("/v1/watch")[0] == 200
+        assert wait_for(lambda: scan_mode(gw) == "passive", 5)
+
+        status, body, _ = gw.delete("/v1/scan")
+        assert status == 200 and not body["scanning"] and "mode" not in body, body
+        assert wait_for(lambda: any("advertisement monitor 1 removed on hci0" in line for line in gw.log), 5), gw.log[-20:]
+    finally:
+        gw.stop()
+
+
+def test_a_passive_watch_decodes_sensors_and_says_passive(tmp_path):
+    gw = start(tmp_path)
+    try:
+        status, body, _ = gw.request("PUT", "/v1/watch", {"active": False})
+        assert status == 200, body
+        assert body["mode"] == "passive" and body["discovering"] and body["filters"] == {"active": False}, body
+        assert wait_for(lambda: sensor(gw), 5), gw.log[-20:]
+        assert gw.call_count("StartDiscovery", "") == 0
+        assert gw.get("/v1/watch")[1]["mode"] == "passive"
+    finally:
+        gw.stop()
+
+
+def test_on_the_dbus_path_a_passive_scan_is_refused_and_a_passive_watch_scans_actively(tmp_path):
+    gw = start(tmp_path, "--advertisements", "dbus")
+    try:
+        status, body, _ = gw.post("/v1/scan", {"active": False})
+        assert status == 501 and body["error"]["name"] == "operationNotSupported", body
+        assert "only on the kernel's advertisement path" in body["error"]["message"], body
+        status, body, _ = gw.request("PUT", "/v1/watch", {"active": False})
+        assert status == 200 and body["mode"] == "active", body
+        assert wait_for(lambda: sensor(gw), 5)
+    finally:
+        gw.stop()
+
+
+def test_the_proxy_scans_passively_when_home_assistant_asks(tmp_path):
+    gw = start(tmp_path, "--esphome-api", "127.0.0.1:0")
+    try:
+        async def scenario():
+            api = await connected(esphome_port(gw))
+            states, reports, phase = [], [], ["active"]
+            api.subscribe_bluetooth_scanner_state(lambda s: states.append((s.state, s.mode, s.configured_mode)))
+            api.subscribe_bluetooth_le_raw_advertisements(
+                lambda r: reports.extend((phase[0], a.address, bytes(a.data)) for a in r.advertisements))
+            await asyncio.sleep(1.5)
+            phase[0] = "asking"
+            api.bluetooth_scanner_set_mode(BluetoothScannerMode.PASSIVE)
+            for _ in range(50):
+                if states and states[-1][1] == BluetoothScannerMode.PASSIVE:
+                    break
+                await asyncio.sleep(0.1)
+            watch = gw.get("/v1/watch")[1]
+            phase[0] = "passive"
+            await asyncio.sleep(1.5)
+            phase[0] = "asking"
+            api.bluetooth_scanner_set_mode(BluetoothScannerMode.ACTIVE)
+            for _ in range(50):
+                if states and states[-1][1] == BluetoothScannerMode.ACTIVE:
+                    break
+                await asyncio.sleep(0.1)
+            await api.disconnect()
+            return states, reports, watch
+
+        states, reports, watch = asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        gw.stop()
+    assert states[0][1:] == (BluetoothScannerMode.ACTIVE, BluetoothScannerMode.ACTIVE), states
+    assert (states[-1][1], states[-1][2]) == (BluetoothScannerMode.ACTIVE, BluetoothScannerMode.ACTIVE), states
+    passive = [s for s in states if s[1] == BluetoothScannerMode.PASSIVE]
+    assert passive and all(s[2] == BluetoothScannerMode.ACTIVE for s in passive), states
+    assert watch["mode"] == "passive" and watch["filters"] == {"active": False}, watch
+    periph = address_int(PERIPH)
+    names = {phase: [any(t == 0x09 for t, _ in ad_structures(d)) for p, a, d in reports if a == periph and p == phase]
+             for phase in ("active", "passive")}
+    # Actively the scan response's name comes merged with the advertisement; passively never.
+    assert names["active"] and all(names["active"]), names
+    assert names["passive"] and not any(names["passive"]), names
