@@ -144,22 +144,23 @@ def test_the_proxy_scans_passively_when_home_assistant_asks(tmp_path):
             api.subscribe_bluetooth_scanner_state(lambda s: states.append((s.state, s.mode, s.configured_mode)))
             api.subscribe_bluetooth_le_raw_advertisements(
                 lambda r: reports.extend((phase[0], a.address, bytes(a.data)) for a in r.advertisements))
+
+
+            async def ask(mode):
+                """Asks for `mode`; back once the state told says it (at most 5 s)."""
+                phase[0] = "asking"
+                api.bluetooth_scanner_set_mode(mode)
+                for _ in range(50):
+                    if states and states[-1][1] == mode:
+                        return
+                    await asyncio.sleep(0.1)
+
             await asyncio.sleep(1.5)
-            phase[0] = "asking"
-            api.bluetooth_scanner_set_mode(BluetoothScannerMode.PASSIVE)
-            for _ in range(50):
-                if states and states[-1][1] == BluetoothScannerMode.PASSIVE:
-                    break
-                await asyncio.sleep(0.1)
+            await ask(BluetoothScannerMode.PASSIVE)
             watch = gw.get("/v1/watch")[1]
             phase[0] = "passive"
             await asyncio.sleep(1.5)
-            phase[0] = "asking"
-            api.bluetooth_scanner_set_mode(BluetoothScannerMode.ACTIVE)
-            for _ in range(50):
-                if states and states[-1][1] == BluetoothScannerMode.ACTIVE:
-                    break
-                await asyncio.sleep(0.1)
+            await ask(BluetoothScannerMode.ACTIVE)
             await api.disconnect()
             return states, reports, watch
 
