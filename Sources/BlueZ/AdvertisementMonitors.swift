@@ -114,6 +114,11 @@ final class AdvertisementMonitors: Sendable {
             throw ChannelError("\(Opcode.readAdvertisementMonitorFeatures): \(features.status)")
         }
         guard read.hasRoom else { throw ChannelError("the controller has \(read.handles.count) monitors, its most") }
+        if !read.handles.isEmpty {
+            // The kernel keeps a monitor until it is removed: another program's, or one a gattway
+            // killed before it could remove it (`btmgmt --index N monitor.remove HANDLE`).
+            log("passive scanning: \(controller) has monitors \(read.handles.map(String.init).joined(separator: ", ")) already")
+        }
         let added = try await channel.command(.addAdvertisementPatternsMonitor, controller: controller,
                                               parameters: AdvertisementMonitor.addParameters(AdvertisementMonitor.everyAdvertisement),
                                               timeout: Self.deadline)
@@ -127,8 +132,9 @@ final class AdvertisementMonitors: Sendable {
         do throws(ChannelError) {
             let answer = try await channel.command(.removeAdvertisementMonitor, controller: controller,
                                                    parameters: AdvertisementMonitor.handleParameters(handle), timeout: Self.deadline)
-            // Invalid Index: it is gone already (the controller went away and came back).
-            if answer.status != .success && answer.status != .invalidIndex {
+            // Invalid Parameters: it is gone already (the controller went away and came back);
+            // Invalid Index: so is the controller.
+            if answer.status != .success && answer.status != .invalidParameters && answer.status != .invalidIndex {
                 log("passive scanning: removing monitor \(handle) on \(controller): \(answer.status)")
             }
         } catch {

@@ -47,8 +47,8 @@ extension Engine {
         guard Int(u16(4)) == parameters.count else { return [] }
         let code = [UInt8(truncatingIfNeeded: opcode.rawValue), UInt8(opcode.rawValue >> 8)]
         let status = { (s: Status) in [Frame.encode(code: EventCode.commandStatus.rawValue, controller: controller, parameters: code + [s.rawValue])] }
-        let complete = { (answer: [UInt8]) in
-            [Frame.encode(code: EventCode.commandComplete.rawValue, controller: controller, parameters: code + [Status.success.rawValue] + answer)]
+        let complete = { (answer: [UInt8], s: Status) in
+            [Frame.encode(code: EventCode.commandComplete.rawValue, controller: controller, parameters: code + [s.rawValue] + answer)]
         }
         guard [.readAdvertisementMonitorFeatures, .addAdvertisementPatternsMonitor, .removeAdvertisementMonitor].contains(opcode) else {
             return status(.unknownCommand)
@@ -59,23 +59,26 @@ extension Engine {
         switch opcode {
         case .readAdvertisementMonitorFeatures:
             return complete(AdvertisementMonitorFeatures(maxHandles: Self.monitorHandles, maxPatterns: UInt8(AdvertisementMonitor.maxPatterns),
-                                                         handles: adapters[a].monitors).parameters)
+                                                         handles: adapters[a].monitors).parameters, .success)
         case .addAdvertisementPatternsMonitor:
             guard AdvertisementMonitor.patterns(parsing: parameters) != nil else { return status(.invalidParameters) }
             guard let handle = (1...Self.monitorHandles).first(where: { !adapters[a].monitors.contains($0) }) else { return status(.noResources) }
             adapters[a].monitors.append(handle)
             log("\(adapters[a].config.id): advertisement monitor \(handle) added (scanning passively while not discovering)")
-            return complete(AdvertisementMonitor.handleParameters(handle))
+            return complete(AdvertisementMonitor.handleParameters(handle), .success)
         default:
             guard let handle = AdvertisementMonitor.handle(parsing: parameters) else { return status(.invalidParameters) }
             if handle == 0 {
                 adapters[a].monitors = []
             } else {
-                guard let i = adapters[a].monitors.firstIndex(of: handle) else { return status(.invalidIndex) }
+                // The kernel completes it with Invalid Parameters (measured in the lab, Linux 6.1).
+                guard let i = adapters[a].monitors.firstIndex(of: handle) else {
+                    return complete(AdvertisementMonitor.handleParameters(handle), .invalidParameters)
+                }
                 adapters[a].monitors.remove(at: i)
             }
             log("\(adapters[a].config.id): advertisement monitor \(handle == 0 ? "every one" : String(handle)) removed")
-            return complete(AdvertisementMonitor.handleParameters(handle))
+            return complete(AdvertisementMonitor.handleParameters(handle), .success)
         }
     }
 

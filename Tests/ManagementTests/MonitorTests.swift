@@ -49,6 +49,40 @@ import Testing
         #expect(AdvertisementMonitor.handle(parsing: [1]) == nil)
     }
 
+    /// The kernel's answers, recorded in the lab (kernel 6.1, btvirt's controller, 2026-12-06):
+    /// Add Advertisement Patterns Monitor's handle, then Read Advertisement Monitor Features
+    /// after the socket that added it closed (the kernel keeps the monitor), then after its removal.
+    @Test(arguments: [
+        ("0100000005005200000100", Opcode.addAdvertisementPatternsMonitor, [UInt16](), UInt16(1)),
+        ("010000001200510000000000000000000020001001000100", .readAdvertisementMonitorFeatures, [1], nil),
+        ("0100000005005300000100", .removeAdvertisementMonitor, [], 1),
+        ("01000000100051000000000000000000002000100000", .readAdvertisementMonitorFeatures, [], nil),
+    ] as [(String, Opcode, [UInt16], UInt16?)])
+    func theLabKernelsAnswersParse(_ frame: String, _ opcode: Opcode, _ handles: [UInt16], _ handle: UInt16?) throws {
+        guard case .commandComplete(let answered, .success, let controller, let parameters) = try Event(parsing: try #require(bytes(hex: frame))) else {
+            Issue.record("not a successful Command Complete: \(frame)")
+            return
+        }
+        #expect(answered == opcode && controller == ControllerIndex(0))
+        if let handle {
+            #expect(AdvertisementMonitor.handle(parsing: parameters) == handle)
+        } else {
+            #expect(AdvertisementMonitorFeatures(parameters: parameters) == AdvertisementMonitorFeatures(maxHandles: 32, maxPatterns: 16, handles: handles))
+        }
+    }
+
+    /// The kernel's refusals, recorded in the lab the same way: an unknown handle's removal is
+    /// completed with Invalid Parameters (and the handle), a pattern past the 31 bytes is a
+    /// Command Status of Invalid Parameters, an unknown controller one of Invalid Index.
+    @Test(arguments: [
+        ("01000000050053000d0700", Event.commandComplete(.removeAdvertisementMonitor, .invalidParameters, controller: ControllerIndex(0), parameters: [7, 0])),
+        ("02000000030052000d", .commandStatus(.addAdvertisementPatternsMonitor, .invalidParameters, controller: ControllerIndex(0))),
+        ("020009000300510011", .commandStatus(.readAdvertisementMonitorFeatures, .invalidIndex, controller: ControllerIndex(9))),
+    ] as [(String, Event)])
+    func theLabKernelsRefusalsParse(_ frame: String, _ expected: Event) throws {
+        #expect(try Event(parsing: try #require(bytes(hex: frame))) == expected)
+    }
+
     @Test func codesSayTheirNames() {
         #expect(Opcode.addAdvertisementPatternsMonitor.description == "Add Advertisement Patterns Monitor")
         #expect(Opcode(rawValue: 0x0053) == .removeAdvertisementMonitor)
@@ -58,13 +92,18 @@ import Testing
 
 /// A command sent on the channel, answered by the test playing the kernel.
 @Suite(.serialized) struct CommandTests {
-    /// Reads one command the channel sent.
-    static func read(_ kernel: Int32) -> [UInt8] {
-        var watched = pollfd(fd: kernel, events: Int16(POLLIN), revents: 0)
-        guard poll(&watched, 1, 10_000) == 1 else { return [] }
+    /// Reads one command the channel sent (within 10 s). It looks without blocking and yields
+    /// between looks: a blocking wait would hold a thread of the cooperative pool, which the
+    /// command's own task (and parallel tests) need.
+    static func read(_ kernel: Int32) async -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: 512)
-        let count = recv(kernel, &buffer, buffer.count, 0)
-        return count > 0 ? Array(buffer[..<count]) : []
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            let count = recv(kernel, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if count > 0 { return Array(buffer[..<count]) }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return []
     }
 
     static func complete(_ opcode: Opcode, _ controller: UInt16, status: Status = .success, _ parameters: [UInt8]) -> [UInt8] {
@@ -80,7 +119,7 @@ import Testing
         defer { channel.close() }
         async let answer = channel.command(.addAdvertisementPatternsMonitor, controller: ControllerIndex(0),
                                            parameters: AdvertisementMonitor.addParameters(AdvertisementMonitor.everyAdvertisement))
-        let sent = Self.read(kernel)
+        let sent = await Self.read(kernel)
         #expect(sent.prefix(6) == [0x52, 0x00, 0x00, 0x00, 137, 0x00])
         // An answer for another controller is not this one's; an event comes between.
         write(kernel, Self.complete(.addAdvertisementPatternsMonitor, 1, [0x09, 0x00]))
@@ -100,7 +139,7 @@ import Testing
         defer { channel.close() }
         async let answer = channel.command(.removeAdvertisementMonitor, controller: ControllerIndex(0),
                                            parameters: AdvertisementMonitor.handleParameters(7))
-        #expect(Self.read(kernel) == [0x53, 0x00, 0x00, 0x00, 0x02, 0x00, 0x07, 0x00])
+        #expect(await Self.read(kernel) == [0x53, 0x00, 0x00, 0x00, 0x02, 0x00, 0x07, 0x00])
         let status = { (s: Status) in Frame.encode(code: EventCode.commandStatus.rawValue, controller: ControllerIndex(0),
                                                     parameters: [0x53, 0x00, s.rawValue]) }
         write(kernel, status(.success))
@@ -116,8 +155,8 @@ import Testing
             try await channel.command(.readAdvertisementMonitorFeatures, controller: ControllerIndex(0), timeout: .milliseconds(100))
         }
         let waiting = Task { try await channel.command(.readAdvertisementMonitorFeatures, controller: ControllerIndex(0), timeout: .seconds(30)) }
-        _ = Self.read(kernel)
-        _ = Self.read(kernel)
+        _ = await Self.read(kernel)
+        _ = await Self.read(kernel)
         channel.close()
         await #expect(throws: ChannelError.self) { try await waiting.value }
         await #expect(throws: ChannelError.self) {

@@ -140,7 +140,7 @@ import Testing
         let removed = try await channel.command(.removeAdvertisementMonitor, controller: hci0, parameters: AdvertisementMonitor.handleParameters(1))
         #expect(removed == ManagementChannel.Answer(status: .success, parameters: [0x01, 0x00]))
         let again = try await channel.command(.removeAdvertisementMonitor, controller: hci0, parameters: AdvertisementMonitor.handleParameters(1))
-        #expect(again.status == .invalidIndex)
+        #expect(again == ManagementChannel.Answer(status: .invalidParameters, parameters: [0x01, 0x00]))
         let elsewhere = try await channel.command(.readAdvertisementMonitorFeatures, controller: ControllerIndex(7))
         #expect(elsewhere.status == .invalidIndex)
         let badPattern = try await channel.command(.addAdvertisementPatternsMonitor, controller: hci0, parameters: [0x01, 0x01, 0x1F, 0x01] + [UInt8](repeating: 0, count: 31))

@@ -8,12 +8,15 @@ scanner mode. On the D-Bus path a passive scan is refused (501) and a passive wa
 The real kernel proves the same in the lab (test_kernel_realbluez.py)."""
 import asyncio
 import json
+import socket
+import struct
 import subprocess
 
 from aioesphomeapi.model import BluetoothScannerMode
 
 from conftest import Gateway, wait_for
 from esphome_client import ad_structures, address_int, connected, esphome_port
+from test_kernel_advertisements import Simulator
 
 SENSOR = "A4:C1:38:00:00:01"
 PERIPH = "C0:FF:EE:00:00:36"
@@ -178,3 +181,34 @@ def test_the_proxy_scans_passively_when_home_assistant_asks(tmp_path):
     # Actively the scan response's name comes merged with the advertisement; passively never.
     assert names["active"] and all(names["active"]), names
     assert names["passive"] and not any(names["passive"]), names
+
+
+def monitors_on_hci0(path):
+    """The advertisement monitors hci0 has, asked on a management stream of the simulator's
+    (Read Advertisement Monitor Features), as a client of the kernel's socket asks."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect(path)
+        s.settimeout(5)
+        s.send(struct.pack("<HHH", 0x0051, 0, 0))
+        while True:
+            frame = s.recv(4096)
+            if frame[:2] == b"\x01\x00" and frame[6:9] == b"\x51\x00\x00":
+                count = struct.unpack_from("<H", frame, 9 + 11)[0]
+                return list(struct.unpack_from(f"<{count}H", frame, 9 + 13))
+
+
+def test_gattways_monitor_is_removed_when_it_stops(tmp_path):
+    """The kernel keeps a monitor until it is removed, not when the socket that added it closes
+    (measured in the lab, Linux 6.1; the simulator does the same): gattway removes its own as it
+    shuts down (SIGTERM)."""
+    sim = Simulator(tmp_path)
+    gw = Gateway(["--management-socket", sim.socket, "--no-watch"], env={"DBUS_SYSTEM_BUS_ADDRESS": sim.bus})
+    try:
+        status, body, _ = gw.post("/v1/scan", {"active": False})
+        assert status == 200 and body["mode"] == "passive", body
+        assert monitors_on_hci0(sim.socket) == [1]
+        assert gw.stop() == 0
+        assert monitors_on_hci0(sim.socket) == []
+    finally:
+        gw.stop()
+        sim.stop()
