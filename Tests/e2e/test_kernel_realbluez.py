@@ -188,7 +188,8 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
     links = result["other_client"]
     assert all(r["connect"]["rc"] == 0 and r["disconnect"]["rc"] == 0 for r in links), links
     assert [(r["shown_connected"], r["shown_disconnected"]) for r in links] == [(True, True)] * 2, links
-    ups = [f for f, t in ((f, t) for _, f, t in others) if f[:4] == b"\x0b\x00\x00\x00" and t > result["metrics_at"]]
+    ups = [f for f, t in ((f, t) for _, f, t in others)
+           if f[:4] == b"\x0b\x00\x00\x00" and result["metrics_at"] < t < result["passive_rest"]["started_at"]]
     assert len(ups) == 2, [f.hex() for f in ups]
 
     # The proxy's scanner, not asked for a mode, scanned actively (so did the controller).
@@ -223,6 +224,17 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
     status, answer = rest["answer"]
     assert status == 200 and answer["mode"] == "passive" and answer["filters"]["active"] is False, answer
     assert rest["state"][1]["mode"] == "passive", rest["state"]
+    # RB-Periph, removed from BlueZ before, heard only passively: listed by gattway, its name
+    # (in the scan response) unknown, and bluetoothd made no object of it.
+    assert rest["removed"]["rc"] == 0, rest["removed"]
+    status, heard_only = rest["device"]
+    assert status == 200 and heard_only.get("name") is None and "stale" not in heard_only, heard_only
+    assert not rest["bluez_object"], "bluetoothd made a device of a passive scan's report"
+    # Connected all the same (a short discovery lets BlueZ learn it), then the scan is passive again.
+    status, linked, _ = rest["connect"]
+    assert status == 200 and linked["state"] == "connected", linked
+    assert rest["read"][0] == 200 and rest["read"][1]["value"] == "RealBlueZ Emulated Devices", rest["read"]
+    assert rest["disconnect"][0] == 200 and rest["passive_again"], (rest["disconnect"], rest["passive_again"])
     assert rest["stopped"][0] == 200 and "mode" not in rest["stopped"][1], rest["stopped"]
     added = [f for _, f, t in others if f[:2] == b"\x01\x00" and f[6:9] == b"\x52\x00\x00" and t >= rest["started_at"]]
     assert added, "the kernel did not complete gattway's Add Advertisement Patterns Monitor"
@@ -274,7 +286,9 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
           f" {sum(len(esphome[a]) for a in devices)} reports through the proxy for {in_window} frames sent well inside its window; counters: delivered {delivered:.0f},"
           f" bad 0, Device1 signals read 0; another client's link up and down twice, shown each time;"
           f" passive REST scan: LE Set Scan Parameters {rest_set} (s after the POST), none active; then {rest_heard[0]} ADV_IND of"
-          f" RB-Periph, no SCAN_RSP, {rest_heard[1]} Advertisement Monitor Device Found (handle 0) to gattway; proxy asked passive:"
+          f" RB-Periph, no SCAN_RSP, {rest_heard[1]} Advertisement Monitor Device Found (handle 0) to gattway; RB-Periph removed from"
+          f" BlueZ first: listed without its name, no BlueZ object, connected through REST ({rest['connect'][2]:.0f} ms), passive again after;"
+          f" proxy asked passive:"
           f" LE Set Scan Parameters {proxy_set} (s after the request), none active; {len(sent_passively)} raw advertisements"
           f" without scan response ({proxy_heard[1]} monitor frames, {proxy_heard[0]} ADV_IND);"
           f" AdvertisementMonitorManager1 on hci0: {'yes' if monitor else 'no'}; the kernel's monitor (0x0052): passive"

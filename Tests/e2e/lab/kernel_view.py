@@ -58,11 +58,11 @@ def bounded_wait(predicate, timeout, interval=0.1):
     return predicate()
 
 
-def http(method, path, body=None):
+def http(method, path, body=None, timeout=10):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(API + path, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             text = resp.read().decode()
             status = resp.status
     except urllib.error.HTTPError as e:
@@ -216,16 +216,28 @@ async def esphome(periph, sensor_structure, seconds):
 
 
 def passive_rest(periph, seconds):
-    """A passive REST scan (no watch runs then): its answer, GET /v1/scan and RB-Periph as REST
-    lists it after `seconds`, the window's wall-clock times, and the stop's answer."""
+    """A passive REST scan (no watch runs then), RB-Periph first removed from BlueZ: the scan's
+    answer, GET /v1/scan and RB-Periph as REST lists it after `seconds`, whether BlueZ has an
+    object for it then, the window's wall-clock times; then a connect to it through REST (BlueZ
+    must learn it first), its disconnect, the mode once the connect's discovery is over, and the
+    stop's answer."""
+    path = device_path("hci0", periph)
+    removed = run(f"busctl call org.bluez /org/bluez/hci0 org.bluez.Adapter1 RemoveDevice o {path}")
     started = time.time()
     answer = http("POST", "/v1/scan", {"active": False})
     time.sleep(seconds)
     state = http("GET", "/v1/scan")
     device = http("GET", f"/v1/devices/{periph}")
+    bluez_object = "error" not in bluez_properties(path, "org.bluez.Device1")
     ended = time.time()
-    return {"answer": answer, "state": state, "device": device, "started_at": started, "ended_at": ended,
-            "stopped": http("DELETE", "/v1/scan")}
+    asked = time.monotonic()
+    connect = (*http("POST", f"/v1/devices/{periph}/connect", {"timeout": 20}, timeout=40), (time.monotonic() - asked) * 1000)
+    read = http("GET", f"/v1/devices/{periph}/characteristics/2a29/value?format=utf8")
+    disconnect = http("POST", f"/v1/devices/{periph}/disconnect")
+    passive_again = bounded_wait(lambda: http("GET", "/v1/scan")[1].get("mode") == "passive", 10, 0.25)
+    return {"removed": removed, "answer": answer, "state": state, "device": device, "bluez_object": bluez_object,
+            "started_at": started, "ended_at": ended, "connect": connect, "read": read, "disconnect": disconnect,
+            "passive_again": bool(passive_again), "stopped": http("DELETE", "/v1/scan")}
 
 
 async def esphome_passive(periph, seconds):
