@@ -461,22 +461,38 @@ final class Discovery: Sendable {
 
     // MARK: - What the tree says
 
-    /// BlueZ's discovery ended by itself, or may have: an adapter change, a reload.
+    /// BlueZ's discovery ended by itself, or may have: an adapter change, a reload. The
+    /// adapters usable changed: the monitors follow them.
     func observe(_ change: ObjectTree.Change) {
         switch change {
         case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
             guard index.isInUse(adapter: p) else { return }
             if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering on \(p.lastElement)") }
             if changed["Powered"]?.bool == true { discoveryEnded("\(p.lastElement) is powered on again") }
+            if changed["Powered"] != nil { usableAdaptersChanged() }
         case .reloaded:
             if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
+            usableAdaptersChanged()
         case .added(let p, let interfaces) where interfaces[BlueZ.adapterInterface] != nil:
             // bluetoothd owns its name before it exports the adapters: a reload may find none,
             // and the adapter then comes as InterfacesAdded, powered already (no change signal).
             // A dongle plugged in comes the same way.
             if index.isInUse(adapter: p) { discoveryEnded("\(p.lastElement) appeared") }
+            usableAdaptersChanged()
+        case .removed(_, let names) where names.contains(BlueZ.adapterInterface):
+            usableAdaptersChanged()
         default:
             break
+        }
+    }
+
+    /// While passive scanning runs: a monitor on each usable adapter in use (one powered on or
+    /// plugged in gets one; the kernel drops those of a controller that goes away).
+    private func usableAdaptersChanged() {
+        guard state.withLock({ $0.monitoring }) else { return }
+        Task { [weak self] in
+            guard let self else { return }
+            try? await self.calls.run(0, refused: Self.refusal) { () async throws(BLEError) in await self.monitorsNeeded() }
         }
     }
 }

@@ -212,3 +212,32 @@ def test_gattways_monitor_is_removed_when_it_stops(tmp_path):
     finally:
         gw.stop()
         sim.stop()
+
+
+def watch(gw):
+    status, body, _ = gw.get("/v1/watch")
+    assert status == 200, body
+    return body
+
+
+def test_a_passive_watch_follows_the_adapter_off_and_on_and_plugged_in_again(tmp_path):
+    """The monitors follow the adapters usable: none while hci0 is off, one once it is on, one
+    again after it was unplugged (the kernel drops a controller's monitors with it) and plugged in."""
+    gw = start(tmp_path)
+    try:
+        gw.simulator("SetAdapterPowered", "string:hci0", "boolean:false")
+        assert wait_for(lambda: gw.get("/v1/state")[1]["state"] == "poweredOff", 5)
+        status, body, _ = gw.request("PUT", "/v1/watch", {"active": False})
+        assert status == 200 and not body["discovering"], body
+        gw.simulator("SetAdapterPowered", "string:hci0", "boolean:true")
+        assert wait_for(lambda: watch(gw).get("mode") == "passive" and watch(gw)["discovering"], 5), (watch(gw), gw.log[-10:])
+        assert wait_for(lambda: sensor(gw), 5)
+        gw.simulator("RemoveAdapter", "string:hci0")
+        assert wait_for(lambda: not watch(gw)["discovering"], 5), watch(gw)
+        gw.simulator("AddAdapter", "string:hci0")
+        assert wait_for(lambda: watch(gw).get("mode") == "passive" and watch(gw)["discovering"], 5), (watch(gw), gw.log[-10:])
+        added = [line for line in gw.log if "advertisement monitor" in line and "added on hci0" in line]
+        assert len(added) == 2, gw.log[-30:]
+        assert gw.call_count("StartDiscovery", "") == 0
+    finally:
+        gw.stop()
