@@ -134,7 +134,11 @@ final class Discovery: Sendable {
         }
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes.
-        if next.discovering { try await discoverOnEveryAdapter(filter: next.filter) }
+        if next.discovering {
+            try await discoverOnEveryAdapter(filter: next.filter)
+        } else {
+            _ = try link.usableAdapter()  // as for a discovery: Bluetooth must be on
+        }
         let now = Date()
         let generation = state.withLock { s -> Int in
             s.generation += 1
