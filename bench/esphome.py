@@ -632,7 +632,8 @@ def report(res):
                   row("gattway CPU per forwarded advertisement", lambda f: f"{f['cpu_per_adv_us']:.1f} µs"),
                   row("CPU ratio gattway / bleak", lambda f: f"{f['cpu_ratio']:.2f}"),
                   row("gattway RSS while streaming", lambda f: f"{f['rss_mb']:.2f} MB")]
-    lines += ["", "| figure | measured |", "|---|---|"]
+    if s or c or r:
+        lines += ["", "| figure | measured |", "|---|---|"]
     if s:
         lines += [f"| bleak's BleakScanner CPU per callback | {s['bleak_cpu_per_adv_us']:.1f} µs |",
                   f"| libdbus floor (bench/dbus_floor.c), CPU per advertisement | {s['floor_cpu_per_adv_us']:.1f} µs |"]

@@ -122,6 +122,11 @@ public struct AdapterSighting: Sendable, Equatable {
 }
 
 /// The scan as it stands.
+/// How the controller scans: sending scan requests (and hearing scan responses), or listening only.
+public enum ScanMode: String, Sendable, Equatable {
+    case active, passive
+}
+
 public struct ScanStatus: Sendable, Equatable {
     public var scanning: Bool
     /// The options of the current or last scan.
@@ -131,13 +136,18 @@ public struct ScanStatus: Sendable, Equatable {
     public var stopsAt: Date?
     /// Devices that matched the filters since the scan started.
     public var discovered: Int
+    /// How the controller scans for the running scan now (a passive scan runs actively while
+    /// a discovery runs beside it: the watch's, a connect's, another program's); nil when no
+    /// scan runs.
+    public var mode: ScanMode?
 
-    public init(scanning: Bool, options: ScanOptions?, startedAt: Date?, stopsAt: Date?, discovered: Int) {
+    public init(scanning: Bool, options: ScanOptions?, startedAt: Date?, stopsAt: Date?, discovered: Int, mode: ScanMode? = nil) {
         self.scanning = scanning
         self.options = options
         self.startedAt = startedAt
         self.stopsAt = stopsAt
         self.discovered = discovered
+        self.mode = mode
     }
 }
 

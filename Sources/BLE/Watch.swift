@@ -13,13 +13,21 @@ public struct WatchOptions: Sendable, Hashable {
     public var namePrefix: String?
     /// RSSI floor in dBm: a device is followed when its RSSI is known and >= this.
     public var rssi: Int?
+    /// Active scanning (scan requests) rather than passive listening, where the stack can
+    /// listen passively (not a filter: what matches is the same).
+    public var active: Bool
 
-    public init(devices: [BluetoothAddress] = [], services: [BluetoothUUID] = [], namePrefix: String? = nil, rssi: Int? = nil) {
+    public init(devices: [BluetoothAddress] = [], services: [BluetoothUUID] = [], namePrefix: String? = nil, rssi: Int? = nil,
+                active: Bool = true) {
         self.devices = devices
         self.services = services
         self.namePrefix = namePrefix
         self.rssi = rssi
+        self.active = active
     }
+
+    /// Whether any filter is set (the mode is none).
+    public var hasFilters: Bool { !devices.isEmpty || !services.isEmpty || namePrefix != nil || rssi != nil }
 
     /// The most entries `devices` and `services` take each.
     public static let maximumEntries = 256
@@ -71,13 +79,16 @@ public struct WatchStatus: Sendable, Equatable {
     public var discovering: Bool
     /// Devices the watch follows now (heard since it started, and not yet forgotten).
     public var devices: Int
+    /// How the controller scans for the watch now; nil when there is no watch.
+    public var mode: ScanMode?
 
-    public init(watching: Bool, options: WatchOptions?, since: Date?, discovering: Bool, devices: Int) {
+    public init(watching: Bool, options: WatchOptions?, since: Date?, discovering: Bool, devices: Int, mode: ScanMode? = nil) {
         self.watching = watching
         self.options = options
         self.since = since
         self.discovering = discovering
         self.devices = devices
+        self.mode = mode
     }
 
     public static let off = WatchStatus(watching: false, options: nil, since: nil, discovering: false, devices: 0)

@@ -60,7 +60,8 @@ public final class BlueZCentral: Central {
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
         let devices = DeviceList(link: link, staleAfter: staleAfter, forgetAfter: forgetAfter)
         let hearing = Hearing()
-        let discovery = Discovery(link: link, devices: devices, hearing: hearing, log: log)
+        let monitors = AdvertisementMonitors(log: log)
+        let discovery = Discovery(link: link, devices: devices, hearing: hearing, monitors: monitors, log: log)
         let reset = AdapterReset(link: link, enabled: recovery.resetAdapter, interval: recovery.resetInterval, log: log)
         let connector = Connector(link: link, events: events, devices: devices, discovery: discovery,
                                   queues: SerialQueues(maxWaiting: 32, maxWait: .seconds(60)),
@@ -70,7 +71,7 @@ public final class BlueZCentral: Central {
         self.devices = devices
         let reports = AdvertisementReports(link: link, events: events, discovery: discovery, devices: devices, hearing: hearing)
         self.reports = reports
-        kernel = KernelAdvertisements(link: link, reports: reports, source: advertisements, log: log)
+        kernel = KernelAdvertisements(link: link, reports: reports, source: advertisements, monitors: monitors, log: log)
         self.connector = connector
         let gatt = GATTOperations(link: link, connector: connector, events: events, restoreDeadline: restoreDeadline, log: log)
         self.gatt = gatt
@@ -198,6 +199,13 @@ public final class BlueZCentral: Central {
     }
 
     public func connect(_ id: BluetoothAddress, timeout: Duration, autoReconnect: Bool, adapter: String?) async throws(BLEError) -> PeripheralInfo {
+        // A device the kernel heard lately that BlueZ does not know (a passive scan's: bluetoothd
+        // makes no object of the monitor's reports): a short discovery of its own lets BlueZ
+        // learn it first.
+        if link.advertisementPath == .kernel, (try? link.index.devicePath(id)) == nil, let heard = try? devices.peripheral(id), !heard.stale {
+            log("\(id): heard but unknown to BlueZ (a passive scan's); discovering until BlueZ has it")
+            _ = await discovery.lookFor(id, within: min(timeout, Connector.lookForDeadline))
+        }
         let info = try await connector.connect(id, timeout: timeout, keep: autoReconnect, adapter: adapter)
         settle(id)
         await gatt.resubscribe(id)

@@ -297,12 +297,14 @@ final class DeviceList: Sendable {
         return info
     }
 
-    /// A device BlueZ no longer knows, as it was last seen.
+    /// A device BlueZ does not know, as it was last seen: stale once BlueZ forgot it (until it is
+    /// heard again) or not heard for `staleAfter`; one that only a passive scan heard, which
+    /// BlueZ never knew, is fresh while heard.
     private func stale(_ snapshot: PeripheralInfo) -> PeripheralInfo {
         var info = snapshot
         info.state = .disconnected
         info.mtu = nil
-        info.stale = true
+        info.stale = snapshot.stale || info.lastSeen.map { -$0.timeIntervalSinceNow > staleAfter } ?? true
         info.reconnect = reconnects.withLock { $0[info.id] }
         return info
     }

@@ -85,6 +85,8 @@ enum DeviceProperties {
     /// `info` once BlueZ forgot the device: the pairing, the bond and the trust went with its object.
     static func forgotten(_ info: PeripheralInfo) -> PeripheralInfo {
         var info = info
+        // Stale until heard again (a new sighting replaces it).
+        info.stale = true
         info.paired = false
         info.bonded = false
         info.trusted = false

@@ -11,9 +11,16 @@ import Threading
 /// applied to the advertisement reports). When BlueZ's discovery ends without this side stopping
 /// it (the adapter reset or powered off and on, another client, bluetoothd restarting, the bus
 /// coming back) it is started again.
+///
+/// A scan or watch that asks for passive scanning (`active: false`) runs no BlueZ discovery of
+/// its own: the kernel's advertisement monitors (`AdvertisementMonitors`) make the controllers
+/// scan passively while no discovery runs, and their reports come through the management
+/// channel. Where monitors cannot be added, a passive watch scans actively (and says so); a
+/// passive scan is refused where the channel does not read.
 final class Discovery: Sendable {
     private let link: BusLink
     private let devices: DeviceList
+    private let monitors: AdvertisementMonitors
     private let log: @Sendable (String) -> Void
     /// Devices listened for (to be connected again once heard): discovery runs meanwhile.
     let hearing: Hearing
@@ -36,12 +43,25 @@ final class Discovery: Sendable {
         var watch: (options: WatchOptions, since: Date)?
         /// Devices are listened for (`Hearing`).
         var listening = false
+        /// Passive scanning was asked for and cannot run (no monitor could be added): the
+        /// passive scan or watch scans actively instead.
+        var passiveFallback = false
 
-        /// Whether BlueZ's discovery should run (for a scan, the watch or devices listened for).
-        var discovering: Bool { scanning || watch != nil || listening }
+        /// The scan, the watch, scan actively (BlueZ's discovery).
+        var scanActive: Bool { scanning && (options?.active != false || passiveFallback) }
+        var watchActive: Bool { watch.map { $0.options.active || passiveFallback } ?? false }
+        /// The scan or the watch asks for passive scanning.
+        var passiveWanted: Bool { (scanning && options?.active == false) || watch?.options.active == false }
+        /// Monitors should be in place.
+        var monitoring: Bool { passiveWanted && !passiveFallback }
+
+        /// Whether BlueZ's discovery should run (for an active scan or watch, or devices listened for).
+        var discovering: Bool { scanActive || watchActive || listening }
 
         /// The discovery filter that serves them all.
-        var filter: [(String, Value)] { Discovery.filter(scan: scanning ? options : nil, watch: watch?.options, listening: listening) }
+        var filter: [(String, Value)] {
+            Discovery.filter(scan: scanActive ? options : nil, watch: watchActive ? watch?.options : nil, listening: listening)
+        }
 
         mutating func end() {
             scanning = false
@@ -50,11 +70,13 @@ final class Discovery: Sendable {
         }
     }
 
-    init(link: BusLink, devices: DeviceList, hearing: Hearing, log: @escaping @Sendable (String) -> Void) {
+    init(link: BusLink, devices: DeviceList, hearing: Hearing, monitors: AdvertisementMonitors, log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.devices = devices
         self.hearing = hearing
+        self.monitors = monitors
         self.log = log
+        monitors.onAvailabilityChange { [weak self] in self?.passiveAvailabilityChanged() }
     }
 
     private var tree: ObjectTree { link.tree }
@@ -77,7 +99,20 @@ final class Discovery: Sendable {
 
     func status() -> ScanStatus {
         let s = state.withLock { $0 }
-        return ScanStatus(scanning: s.scanning, options: s.options, startedAt: s.startedAt, stopsAt: s.stopsAt, discovered: devices.scanCount)
+        return ScanStatus(scanning: s.scanning, options: s.options, startedAt: s.startedAt, stopsAt: s.stopsAt, discovered: devices.scanCount,
+                          mode: s.scanning ? mode(passive: !s.scanActive, s) : nil)
+    }
+
+    /// How the controllers scan for a scan or watch that asked for `passive`: passively while
+    /// monitors are in place and no adapter in use discovers (the watch's discovery, a
+    /// connect's, another program's make them scan actively).
+    private func mode(passive: Bool, _ s: Wanted) -> ScanMode {
+        guard passive, s.monitoring, monitors.running else { return .active }
+        return adaptersDiscovering ? .active : .passive
+    }
+
+    private var adaptersDiscovering: Bool {
+        index.adapterPaths().contains { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool == true }
     }
 
     private static func refusal(_ refusal: SerialQueues<Int>.Refusal) -> BLEError {
@@ -86,21 +121,36 @@ final class Discovery: Sendable {
 
     private func startNow(_ options: ScanOptions) async throws(BLEError) -> ScanStatus {
         try options.validate()
-        guard options.active else {
-            throw BLEError(.operationNotSupported, "passive scanning is not supported: BlueZ 5.66 only scans actively through Adapter1")
+        if !options.active, let why = monitors.unavailable {
+            throw BLEError(.operationNotSupported, "passive scanning works only on the kernel's advertisement path: \(why)")
+        }
+        // What the discovery becomes with this scan (a passive scan's fallback starts afresh).
+        let (next, wasMonitoring) = state.withLock { s -> (Wanted, Bool) in
+            var next = s
+            next.scanning = true
+            next.options = options
+            if !options.active { next.passiveFallback = false }
+            return (next, s.monitoring)
         }
         // Always asked: BlueZ ends every discovery when the adapter powers off, whatever this
         // side believes.
-        try await discoverOnEveryAdapter(filter: state.withLock { Self.filter(scan: options, watch: $0.watch?.options, listening: $0.listening) })
+        if next.discovering {
+            try await discoverOnEveryAdapter(filter: next.filter)
+        } else {
+            _ = try link.usableAdapter()  // as for a discovery: Bluetooth must be on
+        }
         let now = Date()
         let generation = state.withLock { s -> Int in
             s.generation += 1
             s.scanning = true
             s.options = options
+            if !options.active { s.passiveFallback = false }
             s.startedAt = now
             s.stopsAt = options.timeout.map { now.addingTimeInterval($0) }
             return s.generation
         }
+        // Passive: BlueZ's discovery stops unless another wants it, and the monitors go in.
+        if next.monitoring || wasMonitoring { await discoveryNeeded() }
         devices.scanStarted()
         log("scan started: \(Self.describe(options))")
         if let timeout = options.timeout {
@@ -125,8 +175,8 @@ final class Discovery: Sendable {
         return status()
     }
 
-    /// After the scan, the watch or the listening stopped: BlueZ's discovery goes on with the
-    /// filter of what remains, or stops.
+    /// After the scan, the watch or the listening stopped (or turned passive): BlueZ's discovery
+    /// goes on with the filter of what remains, or stops; the monitors follow.
     private func discoveryNeeded() async {
         for adapter in index.adapterPaths() {
             do {
@@ -137,8 +187,49 @@ final class Discovery: Sendable {
                 try await adapterCall(adapter, "StopDiscovery")
                 try await adapterCall(adapter, "SetDiscoveryFilter", [.emptyDictionary(key: "s", value: "v")])
             } catch {
-                // "No discovery started" or a powered-off adapter: the discovery is over either way.
+                // "No discovery started" (a passive scan started none) or a powered-off adapter:
+                // the discovery is over either way.
+                if error.message.contains("No discovery started") || error.detail?.contains("No discovery started") == true { continue }
                 log("stopping discovery on \(adapter.lastElement): \(error)")
+            }
+        }
+        await monitorsNeeded()
+    }
+
+    /// The monitors in place while passive scanning is wanted, removed when it is not. Where
+    /// none could be added, the passive scan or watch scans actively instead.
+    private func monitorsNeeded() async {
+        guard state.withLock({ $0.monitoring }) else {
+            if monitors.running { await monitors.stop() }
+            return
+        }
+        let adapters = link.usableAdapters().map { String($0.lastElement) }
+        guard let refused = await monitors.start(onAdapters: adapters) else { return }
+        guard !monitors.running else { return log("passive scanning: \(refused)") }
+        let filter = state.withLock { s -> [(String, Value)] in
+            s.passiveFallback = true
+            return s.filter
+        }
+        log("passive scanning is not possible (\(refused)); scanning actively instead")
+        do throws(BLEError) { try await discoverOnEveryAdapter(filter: filter) } catch { log("discovery: \(error.message)") }
+    }
+
+    /// The management channel opened or ended: a passive scan or watch is set up again (actively
+    /// without monitors, passively with).
+    private func passiveAvailabilityChanged() {
+        let possible = monitors.unavailable == nil
+        let wanted = state.withLock { s -> Bool in
+            s.passiveFallback = !possible
+            return s.passiveWanted
+        }
+        guard wanted else { return }
+        Task { [weak self] in
+            guard let self else { return }
+            try? await self.calls.run(0, refused: Self.refusal) { () async throws(BLEError) in
+                if let filter = self.state.withLock({ $0.discovering ? $0.filter : nil }) {
+                    try? await self.discoverOnEveryAdapter(filter: filter)
+                }
+                await self.discoveryNeeded()
             }
         }
     }
@@ -165,21 +256,27 @@ final class Discovery: Sendable {
     func startWatch(_ options: WatchOptions) async throws(BLEError) -> WatchStatus {
         try options.validate()
         return try await calls.run(0, refused: Self.refusal) { () async throws(BLEError) -> WatchStatus in
-            let (replaced, filter) = self.state.withLock { s -> (Bool, [(String, Value)]) in
+            let (replaced, filter, passiveChanged) = self.state.withLock { s -> (Bool, [(String, Value)]?, Bool) in
                 let replaced = s.watch != nil
+                let wasMonitoring = s.monitoring
                 s.watch = (options, Date())
-                return (replaced, s.filter)
+                if !options.active { s.passiveFallback = self.monitors.unavailable != nil }
+                return (replaced, s.discovering ? s.filter : nil, wasMonitoring || s.monitoring)
             }
             // Replaced options start afresh, as a new scan does: only what matches them is listed.
             self.devices.watching(true)
             self.log("watch \(replaced ? "changed" : "started"): \(Self.describe(options))")
             // The watch is on from here, whatever BlueZ says now: when the adapter is not usable
             // (off, bluetoothd away) the discovery starts when it is.
-            do throws(BLEError) {
-                try await self.discoverOnEveryAdapter(filter: filter)
-            } catch {
-                self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
+            if let filter {
+                do throws(BLEError) {
+                    try await self.discoverOnEveryAdapter(filter: filter)
+                } catch {
+                    self.log("watch: not discovering yet (\(error.message)); it starts when the adapter is usable")
+                }
             }
+            // A passive watch: BlueZ's discovery stops unless another wants it, the monitors go in.
+            if passiveChanged { await self.discoveryNeeded() }
             return self.watchStatus()
         }
     }
@@ -200,9 +297,11 @@ final class Discovery: Sendable {
     }
 
     func watchStatus() -> WatchStatus {
-        let discovering = index.adapterPaths().contains { tree.properties(at: $0, BlueZ.adapterInterface)?["Discovering"]?.bool == true }
-        guard let watch = state.withLock({ $0.watch }) else { return .off }
-        return WatchStatus(watching: true, options: watch.options, since: watch.since, discovering: discovering, devices: devices.watchCount)
+        let s = state.withLock { $0 }
+        guard let watch = s.watch else { return .off }
+        let mode = mode(passive: !s.watchActive, s)
+        return WatchStatus(watching: true, options: watch.options, since: watch.since, discovering: mode == .passive || adaptersDiscovering,
+                           devices: devices.watchCount, mode: mode)
     }
 
     /// Discoveries restarted after BlueZ ended them by itself.
@@ -299,6 +398,7 @@ final class Discovery: Sendable {
         if !options.services.isEmpty { parts.append("services=" + shortList(options.services)) }
         if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
         if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
+        if !options.active { parts.append("passive") }
         return parts.isEmpty ? "every device" : parts.joined(separator: " ")
     }
 
@@ -311,6 +411,7 @@ final class Discovery: Sendable {
         if let prefix = options.namePrefix { parts.append("namePrefix=\(prefix)") }
         if let rssi = options.rssi { parts.append("rssi>=\(rssi)") }
         if let timeout = options.timeout { parts.append("timeout=\(timeout)s") }
+        if !options.active { parts.append("passive") }
         return parts.isEmpty ? "no filters" : parts.joined(separator: " ")
     }
 
@@ -364,22 +465,38 @@ final class Discovery: Sendable {
 
     // MARK: - What the tree says
 
-    /// BlueZ's discovery ended by itself, or may have: an adapter change, a reload.
+    /// BlueZ's discovery ended by itself, or may have: an adapter change, a reload. The
+    /// adapters usable changed: the monitors follow them.
     func observe(_ change: ObjectTree.Change) {
         switch change {
         case .properties(let p, let interface, let changed, _) where interface == BlueZ.adapterInterface:
             guard index.isInUse(adapter: p) else { return }
             if changed["Discovering"]?.bool == false { discoveryEnded("BlueZ stopped discovering on \(p.lastElement)") }
             if changed["Powered"]?.bool == true { discoveryEnded("\(p.lastElement) is powered on again") }
+            if changed["Powered"] != nil { usableAdaptersChanged() }
         case .reloaded:
             if index.adapterPath() != nil { discoveryEnded("BlueZ's objects were reloaded") }
+            usableAdaptersChanged()
         case .added(let p, let interfaces) where interfaces[BlueZ.adapterInterface] != nil:
             // bluetoothd owns its name before it exports the adapters: a reload may find none,
             // and the adapter then comes as InterfacesAdded, powered already (no change signal).
             // A dongle plugged in comes the same way.
             if index.isInUse(adapter: p) { discoveryEnded("\(p.lastElement) appeared") }
+            usableAdaptersChanged()
+        case .removed(_, let names) where names.contains(BlueZ.adapterInterface):
+            usableAdaptersChanged()
         default:
             break
+        }
+    }
+
+    /// While passive scanning runs: a monitor on each usable adapter in use (one powered on or
+    /// plugged in gets one; the kernel drops those of a controller that goes away).
+    private func usableAdaptersChanged() {
+        guard state.withLock({ $0.monitoring }) else { return }
+        Task { [weak self] in
+            guard let self else { return }
+            try? await self.calls.run(0, refused: Self.refusal) { () async throws(BLEError) in await self.monitorsNeeded() }
         }
     }
 }

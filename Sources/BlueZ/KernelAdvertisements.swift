@@ -27,6 +27,8 @@ final class KernelAdvertisements: Sendable {
     private let reports: AdvertisementReports
     private let source: AdvertisementSource
     private let log: @Sendable (String) -> Void
+    /// Passive scanning, on the same channel.
+    private let monitors: AdvertisementMonitors
     private let channel = Mutex<ManagementChannel?>(nil)
     private let controllerState = Mutex(ControllerState())
 
@@ -40,13 +42,18 @@ final class KernelAdvertisements: Sendable {
         var questions = 0
     }
 
+    /// The commands passive scanning sends (`AdvertisementMonitors`).
+    static let monitorOpcodes: [Opcode] = [.readAdvertisementMonitorFeatures, .addAdvertisementPatternsMonitor, .removeAdvertisementMonitor]
+
     /// How long the kernel may take to list its controllers when asked.
     static let answerDeadline = Duration.seconds(2)
 
-    init(link: BusLink, reports: AdvertisementReports, source: AdvertisementSource, log: @escaping @Sendable (String) -> Void) {
+    init(link: BusLink, reports: AdvertisementReports, source: AdvertisementSource, monitors: AdvertisementMonitors,
+         log: @escaping @Sendable (String) -> Void) {
         self.link = link
         self.reports = reports
         self.source = source
+        self.monitors = monitors
         self.log = log
     }
 
@@ -72,25 +79,34 @@ final class KernelAdvertisements: Sendable {
         }
         let opened: ManagementChannel?
         let why: String
+        // Whether it takes the monitor commands (passive scanning), as the kernel (or the
+        // simulator's stream) says in its Read Management Supported Commands answer.
+        var monitorCommands = false
         switch source {
         case .dbus:
             (opened, why) = (nil, "--advertisements dbus")
         case .auto:
             switch ManagementChannel.open(controllers: controllers, log: log, ended: ended, controllersChanged: news, handler: handler) {
-            case .opened(let c, _): (opened, why) = (c, "the kernel's management socket")
+            case .opened(let c, let kernel):
+                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
+                (opened, why) = (c, "the kernel's management socket")
             case .notPermitted(let reason): (opened, why) = (nil, "the kernel's management socket is not permitted (\(reason)); run as root or grant CAP_NET_ADMIN")
             case .unavailable(let reason): (opened, why) = (nil, "no kernel management socket here (\(reason))")
             }
         case .socket(let path):
             switch ManagementChannel.open(socketPath: path, controllers: controllers, log: log, ended: ended, controllersChanged: news,
                                           handler: handler) {
-            case .opened(let c, _): (opened, why) = (c, "the management events at \(path)")
+            case .opened(let c, let kernel):
+                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
+                (opened, why) = (c, "the management events at \(path)")
             case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the management events at \(path) (\(reason))")
             }
         case .descriptor(let fd):
             switch ManagementChannel.open(descriptor: fd, controllers: controllers, log: log, ended: ended, controllersChanged: news,
                                           handler: handler) {
-            case .opened(let c, _): (opened, why) = (c, "the simulator's management events")
+            case .opened(let c, let kernel):
+                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
+                (opened, why) = (c, "the simulator's management events")
             case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the simulator's management events (\(reason))")
             }
         }
@@ -99,6 +115,7 @@ final class KernelAdvertisements: Sendable {
             return
         }
         channel.withLock { $0 = opened }
+        monitors.opened(opened, supported: monitorCommands)
         await link.signals.setScope(.engagedDevices)
         log("advertisements: from \(why); BlueZ's device signals only for devices gattway connects, pairs or finds linked")
     }
@@ -165,6 +182,7 @@ final class KernelAdvertisements: Sendable {
     var counters: ManagementChannel.Counters? { channel.withLock { $0 }?.counters }
 
     func close() {
+        monitors.close()
         channel.withLock { c in defer { c = nil }; return c }?.close()
     }
 
@@ -172,12 +190,15 @@ final class KernelAdvertisements: Sendable {
     private func ended(_ reason: String) {
         guard channel.withLock({ c in defer { c = nil }; return c != nil }) else { return }
         log("advertisements: the management channel ended (\(reason)); from BlueZ's D-Bus signals from now on")
+        monitors.ended()
         backToDBus()
     }
 
     /// The channel is of no use here: closed, and back to D-Bus.
     private func end(_ reason: String) {
         guard let closing = channel.withLock({ c in defer { c = nil }; return c }) else { return }
+        monitors.close()
+        monitors.ended()
         closing.close()
         log("advertisements: from BlueZ's D-Bus signals (\(reason))")
         backToDBus()

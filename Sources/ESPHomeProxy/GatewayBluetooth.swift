@@ -24,8 +24,11 @@ struct GatewayBluetooth: Sendable {
     func stopListening(_ id: Int) { gateway.advertisements.remove(id) }
 
     func watchStatus() async -> WatchStatus { await gateway.central.watchStatus() }
-    /// Starts the watch on every device (not recorded for the next start: clients subscribe again).
-    func watchEverything() async throws(BLEError) -> WatchStatus { try await gateway.central.startWatch(WatchOptions()) }
+    /// Starts the watch on every device, scanning actively or passively (not recorded for the
+    /// next start: clients subscribe again).
+    func watchEverything(active: Bool) async throws(BLEError) -> WatchStatus {
+        try await gateway.central.startWatch(WatchOptions(active: active))
+    }
     func stopWatch() async throws(BLEError) { _ = try await gateway.central.stopWatch() }
 
     // MARK: Events: notifications, links, the adapter's state

@@ -13,8 +13,11 @@ import Threading
 /// the watch over REST stops the advertisements, and the state says so. Subscriptions and their
 /// ends run one after the other (one lane), so that a watch is never started twice.
 ///
-/// BlueZ 5.66 scans actively only (Adapter1's discovery sends scan requests): the state says
-/// active, as configured and as running, whatever mode a client asks for.
+/// A client may ask for passive scanning (Home Assistant's scanner mode): the watch this
+/// scanner started then scans passively where the kernel's advertisement path allows it (an
+/// advertisement monitor; on the D-Bus path BlueZ 5.66 scans actively only). The state's `mode`
+/// is how the controllers scan now, `configuredMode` gattway's own setting (active), as an
+/// ESPHome proxy reports what it runs and what its configuration says.
 final class ProxyScanner: Sendable {
     private struct State {
         /// Listening to the central's advertisements (the feed's id) while anyone subscribes.
@@ -22,11 +25,21 @@ final class ProxyScanner: Sendable {
         /// The watch this scanner started (its start), to stop when the last subscriber goes.
         var ownWatch: WatchStatus?
         /// The state last told, to tell only changes.
-        var told: BluetoothScannerState?
+        var told: Told?
         var poller: Task<Void, Never>?
-        var warnedMode = false
+        /// The mode clients asked for last (the watch this scanner starts scans so).
+        var requested = ProxyScanner.configuredMode
         var warnedFilters = false
     }
+
+    /// What the clients were told.
+    private struct Told: Equatable {
+        var state: BluetoothScannerState
+        var mode: BluetoothScannerMode
+    }
+
+    /// gattway's scanner mode when no client asked for another.
+    static let configuredMode = BluetoothScannerMode.active
 
     private let bluetooth: GatewayBluetooth
     let advertiser: Advertiser
@@ -72,13 +85,37 @@ final class ProxyScanner: Sendable {
         }
     }
 
-    /// A client asks for a mode: BlueZ cannot scan passively, so the answer is the state as it
-    /// is (as ESPHome answers when its tracker cannot change mode).
+    /// A client asks for a mode: the watch this scanner started scans so from now on (one
+    /// started over REST keeps its own). The answer is the state as it then is: passive asked
+    /// where passive cannot run (the D-Bus path) stays active, and says so.
     func setMode(_ mode: BluetoothScannerMode, by client: APIClient) {
-        if mode == .passive, !state.withLock({ s in defer { s.warnedMode = true }; return s.warnedMode }) {
-            log("\(client.peer): asks for passive scanning; BlueZ 5.66 scans actively only, so it stays active")
+        lane.submit(0) { [self] in
+            let changed = state.withLock { s in defer { s.requested = mode }; return s.requested != mode }
+            if changed { await apply(mode, askedBy: client) }
+            let now = await currentState()
+            client.send(Self.response(now))
+            let told = state.withLock { s in defer { s.told = now }; return s.told }
+            if told != nil && told != now { advertiser.broadcast(Self.response(now)) }
         }
-        lane.submit(0) { [self] in client.send(Self.response(await currentState())) }
+    }
+
+    /// Restarts this scanner's own watch in `mode`.
+    private func apply(_ mode: BluetoothScannerMode, askedBy client: APIClient) async {
+        let words = mode == .passive ? "passive" : "active"
+        guard let own = state.withLock({ $0.ownWatch }) else {
+            let watch = await bluetooth.watchStatus()
+            if watch.watching { log("\(client.peer): asks for \(words) scanning; the watch was started over REST (PUT /v1/watch) and keeps its mode") }
+            return
+        }
+        let now = await bluetooth.watchStatus()
+        guard now.watching, now.since == own.since, now.options == own.options else { return }
+        do {
+            let started = try await bluetooth.watchEverything(active: mode == .active)
+            state.withLock { $0.ownWatch = started }
+            log("\(client.peer): asks for \(words) scanning; the watch for Home Assistant now scans \(started.mode?.rawValue ?? words)")
+        } catch {
+            log("\(client.peer): asks for \(words) scanning: \(error.message)")
+        }
     }
 
     /// Looks at the state again (the adapter's state changed, or the poll): subscribers are told a change.
@@ -109,13 +146,13 @@ final class ProxyScanner: Sendable {
         }
         let watch = await bluetooth.watchStatus()
         if watch.watching {
-            if let options = watch.options, options != WatchOptions(), !state.withLock({ s in defer { s.warnedFilters = true }; return s.warnedFilters }) {
+            if let options = watch.options, options.hasFilters, !state.withLock({ s in defer { s.warnedFilters = true }; return s.warnedFilters }) {
                 log("advertisements: the watch runs with filters (GET /v1/watch); Home Assistant sees only the devices it follows")
             }
             return
         }
         do {
-            let started = try await bluetooth.watchEverything()
+            let started = try await bluetooth.watchEverything(active: state.withLock { $0.requested } == .active)
             state.withLock { $0.ownWatch = started }
             log("advertisements: the watch started for Home Assistant, on every device")
         } catch {
@@ -145,14 +182,15 @@ final class ProxyScanner: Sendable {
     }
 
     /// Running while the watch discovers; starting while it waits for the adapter (it resumes by
-    /// itself); stopped when there is no watch.
-    private func currentState() async -> BluetoothScannerState {
+    /// itself); stopped when there is no watch. The mode the controllers scan in for it.
+    private func currentState() async -> Told {
         let watch = await bluetooth.watchStatus()
-        if !watch.watching { return .stopped }
-        return watch.discovering ? .running : .starting
+        let mode: BluetoothScannerMode = watch.mode == .passive ? .passive : .active
+        if !watch.watching { return Told(state: .stopped, mode: state.withLock { $0.requested }) }
+        return Told(state: watch.discovering ? .running : .starting, mode: mode)
     }
 
-    static func response(_ state: BluetoothScannerState) -> BluetoothScannerStateResponse {
-        BluetoothScannerStateResponse(state: state, mode: .active, configuredMode: .active)
+    private static func response(_ told: Told) -> BluetoothScannerStateResponse {
+        BluetoothScannerStateResponse(state: told.state, mode: told.mode, configuredMode: configuredMode)
     }
 }

@@ -55,11 +55,13 @@ package struct WatchRequest: Codable, Equatable, Sendable, StrictDecodable {
     package var services: [String]?
     package var namePrefix: String?
     package var rssi: Int?
+    /// false: scan passively where the kernel's path allows it (else actively; the status says which).
+    package var active: Bool?
 
-    package enum CodingKeys: String, CodingKey, CaseIterable { case devices, services, namePrefix, rssi }
+    package enum CodingKeys: String, CodingKey, CaseIterable { case devices, services, namePrefix, rssi, active }
 
     package func options() throws(BLEError) -> WatchOptions {
-        var options = WatchOptions(namePrefix: namePrefix, rssi: rssi)
+        var options = WatchOptions(namePrefix: namePrefix, rssi: rssi, active: active ?? true)
         for (i, text) in (devices ?? []).enumerated() {
             options.devices.append(try Parse.address(text, field: "devices[\(i)]"))
         }
@@ -69,17 +71,19 @@ package struct WatchRequest: Codable, Equatable, Sendable, StrictDecodable {
         return options
     }
 
-    package init(devices: [String]? = nil, services: [String]? = nil, namePrefix: String? = nil, rssi: Int? = nil) {
+    package init(devices: [String]? = nil, services: [String]? = nil, namePrefix: String? = nil, rssi: Int? = nil, active: Bool? = nil) {
         self.devices = devices
         self.services = services
         self.namePrefix = namePrefix
         self.rssi = rssi
+        self.active = active
     }
 
-    /// The options as clients are shown them.
+    /// The options as clients are shown them (`active` only when false).
     package init(_ o: WatchOptions) {
         self.init(devices: o.devices.isEmpty ? nil : o.devices.map(\.description),
-                  services: o.services.isEmpty ? nil : o.services.map(\.uuidString), namePrefix: o.namePrefix, rssi: o.rssi)
+                  services: o.services.isEmpty ? nil : o.services.map(\.uuidString), namePrefix: o.namePrefix, rssi: o.rssi,
+                  active: o.active ? nil : false)
     }
 }
 

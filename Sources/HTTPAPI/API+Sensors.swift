@@ -53,6 +53,8 @@ struct WatchStatusBody: Encodable {
     var since: Date?
     var discovering: Bool
     var devices: Int
+    /// "active" or "passive": how the controllers scan for the watch now.
+    var mode: String?
 
     init(_ s: WatchStatus) {
         watching = s.watching
@@ -60,6 +62,7 @@ struct WatchStatusBody: Encodable {
         since = s.since
         discovering = s.discovering
         devices = s.devices
+        mode = s.mode?.rawValue
     }
 }
 

@@ -16,6 +16,8 @@ struct ScanStatusBody: Encodable {
     var startedAt: Date?
     var stopsAt: Date?
     var discovered: Int
+    /// "active" or "passive": how the controllers scan for the running scan now.
+    var mode: String?
 
     init(_ s: ScanStatus) {
         scanning = s.scanning
@@ -23,6 +25,7 @@ struct ScanStatusBody: Encodable {
         startedAt = s.startedAt
         stopsAt = s.stopsAt
         discovered = s.discovered
+        mode = s.mode?.rawValue
     }
 }
 

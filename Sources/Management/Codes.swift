@@ -11,12 +11,18 @@ public struct Opcode: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let readVersion = Opcode(rawValue: 0x0001)
     public static let readCommands = Opcode(rawValue: 0x0002)
     public static let readIndexList = Opcode(rawValue: 0x0003)
+    public static let readAdvertisementMonitorFeatures = Opcode(rawValue: 0x0051)
+    public static let addAdvertisementPatternsMonitor = Opcode(rawValue: 0x0052)
+    public static let removeAdvertisementMonitor = Opcode(rawValue: 0x0053)
 
     public var description: String {
         switch self {
         case .readVersion: "Read Management Version Information"
         case .readCommands: "Read Management Supported Commands"
         case .readIndexList: "Read Controller Index List"
+        case .readAdvertisementMonitorFeatures: "Read Advertisement Monitor Features"
+        case .addAdvertisementPatternsMonitor: "Add Advertisement Patterns Monitor"
+        case .removeAdvertisementMonitor: "Remove Advertisement Monitor"
         default: "command 0x" + Hex.string(UInt64(rawValue), byteCount: 2)
         }
     }
@@ -58,7 +64,12 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
 
     public static let success = Status(rawValue: 0x00)
     public static let unknownCommand = Status(rawValue: 0x01)
+    public static let failed = Status(rawValue: 0x03)
+    public static let noResources = Status(rawValue: 0x07)
+    public static let busy = Status(rawValue: 0x0A)
+    public static let notSupported = Status(rawValue: 0x0C)
     public static let invalidParameters = Status(rawValue: 0x0D)
+    public static let invalidIndex = Status(rawValue: 0x11)
     public static let permissionDenied = Status(rawValue: 0x14)
 
     private static let names = [

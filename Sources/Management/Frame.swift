@@ -29,9 +29,9 @@ public enum Frame {
         buffer.setLittleEndian(UInt16(checkedLength: buffer.count - start - headerSize), at: start + 4)
     }
 
-    /// A command frame (commands take no parameters here: the ones this module sends have none).
-    public static func command(_ opcode: Opcode, controller: ControllerIndex = .none) -> [UInt8] {
-        encode(code: opcode.rawValue, controller: controller, parameters: [])
+    /// A command frame.
+    public static func command(_ opcode: Opcode, controller: ControllerIndex = .none, parameters: [UInt8] = []) -> [UInt8] {
+        encode(code: opcode.rawValue, controller: controller, parameters: parameters)
     }
 
     /// Command Complete: `opcode` done with `status`, and its return parameters (what a kernel, or

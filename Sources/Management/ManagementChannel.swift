@@ -29,8 +29,10 @@ public final class ManagementChannel: Sendable {
         public var classicDevices = 0
         /// Index Added and Index Removed events, and the kernel's lists of its controllers.
         public var controllerEvents = 0
-        /// Well-formed frames of other kinds (command answers, settings changes, ...).
+        /// Well-formed frames of other kinds (settings changes, answers nobody waited for, ...).
         public var otherEvents = 0
+        /// Answers to the commands this channel sent (`command`).
+        public var answers = 0
         /// Reads the socket refused.
         public var readErrors = 0
 
@@ -44,6 +46,7 @@ public final class ManagementChannel: Sendable {
             otherControllers += other.otherControllers
             classicDevices += other.classicDevices
             otherEvents += other.otherEvents
+            answers += other.answers
             readErrors += other.readErrors
             controllerEvents += other.controllerEvents
         }
@@ -114,7 +117,45 @@ public final class ManagementChannel: Sendable {
     /// it: a barrier for a controller that BlueZ shows and the channel has not yet read of. False
     /// when the request could not be sent (the channel is closed).
     public func askControllers() -> Bool {
-        reader.send(Frame.command(.readIndexList))
+        reader.send(Frame.command(.readIndexList)) == nil
+    }
+
+    /// A command's answer: Command Complete's status and return parameters, or a Command Status
+    /// that failed (no parameters).
+    public struct Answer: Sendable, Equatable {
+        public var status: Status
+        public var parameters: [UInt8]
+
+        public init(status: Status, parameters: [UInt8] = []) {
+            self.status = status
+            self.parameters = parameters
+        }
+    }
+
+    /// Sends `opcode` for `controller` without waiting for its answer (at shutdown); why not,
+    /// if it was not sent.
+    public func post(_ opcode: Opcode, controller: ControllerIndex, parameters: [UInt8] = []) -> ChannelError? {
+        reader.send(Frame.command(opcode, controller: controller, parameters: parameters))
+    }
+
+    /// Sends `opcode` for `controller` and waits for its answer, at most `timeout`. The kernel
+    /// answers each socket's commands in the order sent; several may wait at once.
+    public func command(_ opcode: Opcode, controller: ControllerIndex, parameters: [UInt8] = [],
+                        timeout: Duration = .seconds(5)) async throws(ChannelError) -> Answer {
+        let id = reader.nextCommand.add(1, ordering: .relaxed).newValue
+        let frame = Frame.command(opcode, controller: controller, parameters: parameters)
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, ChannelError>, Never>) in
+            reader.pending.withLock { $0.append(Reader.Waiting(id: id, opcode: opcode, controller: controller, continuation: continuation)) }
+            if let refused = reader.send(frame) {
+                reader.answer(id: id, .failure(refused))
+                return
+            }
+            Task { [reader] in
+                try? await Task.sleep(for: timeout)
+                reader.answer(id: id, .failure(ChannelError("the kernel did not answer \(opcode) for \(controller) within \(timeout)")))
+            }
+        }
+        return try result.get()
     }
 
     /// Stops reading and closes the socket; the handler is not called after it returns (when
@@ -122,6 +163,7 @@ public final class ManagementChannel: Sendable {
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         reader.stop()
+        reader.answerAll(ChannelError("the management channel closed"))
         if reader.isCurrentThread { return }
         done.wait()
         reader.closeDescriptors()
@@ -136,7 +178,7 @@ public struct ChannelError: Error, Sendable, CustomStringConvertible {
         description = "\(call): \(String(cString: strerror(code)))"
     }
 
-    init(_ description: String) {
+    public init(_ description: String) {
         self.description = description
     }
 }
@@ -157,8 +199,19 @@ extension ManagementChannel {
         /// `close` came from the handler: the thread closes the descriptors as it ends.
         private let closeOnExit = Atomic<Bool>(false)
         private let thread = Mutex<pthread_t?>(nil)
-        /// Held while sending, so that a descriptor closed meanwhile (and its number reused) is never written.
-        private let descriptorsClosed = Mutex<Bool>(false)
+        /// Set once the descriptors are closed; sends hold it, so that none goes to a closed
+        /// (or reused) descriptor.
+        private let descriptorsClosed = Mutex(false)
+        /// Commands waiting for their answers, oldest first.
+        let pending = Mutex<[Waiting]>([])
+        let nextCommand = Atomic<Int>(0)
+
+        struct Waiting {
+            let id: Int
+            let opcode: Opcode
+            let controller: ControllerIndex
+            let continuation: CheckedContinuation<Result<Answer, ChannelError>, Never>
+        }
 
         init(fd: Int32, wake: Int32, controllers: Set<ControllerIndex>, known: Set<ControllerIndex>,
              log: @escaping @Sendable (String) -> Void, ended: @escaping @Sendable (String) -> Void,
@@ -197,11 +250,43 @@ extension ManagementChannel {
             }
         }
 
-        /// Sends one command frame; false when it could not (closed, or the socket refused it).
-        func send(_ frame: [UInt8]) -> Bool {
-            descriptorsClosed.withLock { closed in
-                !closed && !isStopping && Glibc.send(fd, frame, frame.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) == frame.count
+        /// Sends one frame; why not, if it was not sent whole.
+        func send(_ frame: [UInt8]) -> ChannelError? {
+            descriptorsClosed.withLock { closed -> ChannelError? in
+                guard !closed, !isStopping else { return ChannelError("the management channel closed") }
+                while true {
+                    let sent = Glibc.send(fd, frame, frame.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                    if sent == frame.count { return nil }
+                    if sent < 0 && errno == EINTR { continue }
+                    return sent < 0 ? ChannelError(call: "send", errno: errno) : ChannelError("send: \(sent) of \(frame.count) bytes")
+                }
             }
+        }
+
+        /// Resumes the command `id` with `result`, unless it was answered already.
+        func answer(id: Int, _ result: Result<Answer, ChannelError>) {
+            let waiting = pending.withLock { list -> Waiting? in
+                guard let i = list.firstIndex(where: { $0.id == id }) else { return nil }
+                return list.remove(at: i)
+            }
+            waiting?.continuation.resume(returning: result)
+        }
+
+        /// Resumes every waiting command with `error` (the channel ends).
+        func answerAll(_ error: ChannelError) {
+            for waiting in pending.withLock({ list in defer { list = [] }; return list }) {
+                waiting.continuation.resume(returning: .failure(error))
+            }
+        }
+
+        /// An answer for the oldest command waiting for it; false when none waits.
+        private func answered(_ opcode: Opcode, _ controller: ControllerIndex, _ answer: Answer) -> Bool {
+            let waiting = pending.withLock { list -> Waiting? in
+                guard let i = list.firstIndex(where: { $0.opcode == opcode && $0.controller == controller }) else { return nil }
+                return list.remove(at: i)
+            }
+            waiting?.continuation.resume(returning: .success(answer))
+            return waiting != nil
         }
 
         private var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -239,6 +324,7 @@ extension ManagementChannel {
         }
 
         private func end(_ reason: String) {
+            answerAll(ChannelError("the management socket ended: \(reason)"))
             guard !isStopping else { return }
             log("management socket: \(reason); no more events from it")
             ended(reason)
@@ -371,7 +457,17 @@ extension ManagementChannel {
                 return .news(news)
             }
             guard let device = ManagementEvent(event) else {
-                c.otherEvents += 1
+                var isAnswer = false
+                switch event {
+                case .commandComplete(let opcode, let status, let controller, let parameters):
+                    isAnswer = answered(opcode, controller, Answer(status: status, parameters: parameters))
+                case .commandStatus(let opcode, let status, let controller) where status != .success:
+                    // A success status means "pending": the Command Complete follows.
+                    isAnswer = answered(opcode, controller, Answer(status: status))
+                default:
+                    break
+                }
+                if isAnswer { c.answers += 1 } else { c.otherEvents += 1 }
                 return nil
             }
             guard controllers.contains(device.controller) else {

@@ -18,6 +18,9 @@ struct AdapterState: Sendable {
     var pairable = true
     var pairableTimeout: UInt32 = 0
     var discovering = false
+    /// The kernel's advertisement monitors on the controller (their handles), which management
+    /// clients added: while there is one and no discovery runs, the controller scans passively.
+    var monitors: [UInt16] = []
     /// Discovery sessions and pre-set filters, by D-Bus sender.
     var discoveryClients: [String: DiscoveryClient] = [:]
     /// Devices reported during the current discovery (their RSSI is invalidated when it stops).

@@ -89,6 +89,7 @@ extension Engine {
         }
         unexport(.adapter(a))
         adapters[a].present = false
+        adapters[a].monitors = []
     }
 
     /// The controller is back: bluetoothd announces the adapter, powered off, with the bonded

@@ -26,6 +26,70 @@ extension Engine {
         management.indexChanged(added ? .added(controller) : .removed(controller))
     }
 
+    /// Advertisement Monitor Device Found: entry `d`'s adapter scans passively (a monitor, no
+    /// discovery) and received `ad`; handle 0, as a kernel that filters in software reports
+    /// every advertisement. No scan request went out: a name sent in the scan response is not in it.
+    func streamMonitorFound(_ d: Int, _ ad: Advertisement) {
+        let device = devices[d]
+        guard management.isActive, let controller = adapters[device.adapter].controller else { return }
+        var heard = ad
+        if device.config.nameInScanResponse { heard.name = nil }
+        frameBuffer.removeAll(keepingCapacity: true)
+        DeviceFound.append(to: &frameBuffer, controller: controller, address: device.address,
+                           addressType: device.config.leAddressType, rssi: heard.rssi,
+                           flags: device.config.connectable ? [] : .notConnectable, monitor: 0) { heard.appendStructures(to: &$0) }
+        management.send(frameBuffer)
+    }
+
+    /// The monitors one controller takes (the kernel's HCI_MAX_ADV_MONITOR_NUM_HANDLES).
+    static let monitorHandles: UInt16 = 32
+
+    /// A command a client of the management stream sent, answered as the kernel answers it: the
+    /// advertisement monitor commands; any other is an Unknown Command. A frame whose header
+    /// does not fit gets no answer (the kernel refuses its send).
+    func managementCommand(_ frame: [UInt8]) -> [[UInt8]] {
+        guard frame.count >= Frame.headerSize else { return [] }
+        let u16 = { (i: Int) in UInt16(frame[i]) | UInt16(frame[i + 1]) << 8 }
+        let opcode = Opcode(rawValue: u16(0)), controller = ControllerIndex(u16(2))
+        let parameters = Array(frame[Frame.headerSize...])
+        guard Int(u16(4)) == parameters.count else { return [] }
+        let code = [UInt8(truncatingIfNeeded: opcode.rawValue), UInt8(opcode.rawValue >> 8)]
+        let status = { (s: Status) in [Frame.encode(code: EventCode.commandStatus.rawValue, controller: controller, parameters: code + [s.rawValue])] }
+        let complete = { (answer: [UInt8], s: Status) in
+            [Frame.encode(code: EventCode.commandComplete.rawValue, controller: controller, parameters: code + [s.rawValue] + answer)]
+        }
+        guard [.readAdvertisementMonitorFeatures, .addAdvertisementPatternsMonitor, .removeAdvertisementMonitor].contains(opcode) else {
+            return status(.unknownCommand)
+        }
+        guard let a = adapters.indices.first(where: { adapters[$0].present && adapters[$0].controller == controller }) else {
+            return status(.invalidIndex)
+        }
+        switch opcode {
+        case .readAdvertisementMonitorFeatures:
+            return complete(AdvertisementMonitorFeatures(maxHandles: Self.monitorHandles, maxPatterns: UInt8(AdvertisementMonitor.maxPatterns),
+                                                         handles: adapters[a].monitors).parameters, .success)
+        case .addAdvertisementPatternsMonitor:
+            guard AdvertisementMonitor.patterns(parsing: parameters) != nil else { return status(.invalidParameters) }
+            guard let handle = (1...Self.monitorHandles).first(where: { !adapters[a].monitors.contains($0) }) else { return status(.noResources) }
+            adapters[a].monitors.append(handle)
+            log("\(adapters[a].config.id): advertisement monitor \(handle) added (scanning passively while not discovering)")
+            return complete(AdvertisementMonitor.handleParameters(handle), .success)
+        default:
+            guard let handle = AdvertisementMonitor.handle(parsing: parameters) else { return status(.invalidParameters) }
+            if handle == 0 {
+                adapters[a].monitors = []
+            } else {
+                // The kernel completes it with Invalid Parameters (measured in the lab, Linux 6.1).
+                guard let i = adapters[a].monitors.firstIndex(of: handle) else {
+                    return complete(AdvertisementMonitor.handleParameters(handle), .invalidParameters)
+                }
+                adapters[a].monitors.remove(at: i)
+            }
+            log("\(adapters[a].config.id): advertisement monitor \(handle == 0 ? "every one" : String(handle)) removed")
+            return complete(AdvertisementMonitor.handleParameters(handle), .success)
+        }
+    }
+
     /// Device Connected or Disconnected for the link of entry `d`, which its adapter asked for;
     /// when the peer is another adapter of the simulator (its applications), that adapter sees
     /// the link too: one it did not ask for, and a reason seen from its side.

@@ -42,17 +42,20 @@ extension Engine {
         guard !peripheral.faults.outOfRange, !peripheral.retired, linked(p) == nil else { return }
         // An adapter advertises its registered advertisements, in turn, while it is on.
         guard takeTurn(p) else { return }
-        let listening = adapters.indices.filter { a in
-            (only == nil || only == a) && adapters[a].usable && adapters[a].discovering && peripheral.rssi[a] != nil
-                && !devices[peripheral.entries[a]].blocked
+        let inRange = adapters.indices.filter { a in
+            (only == nil || only == a) && adapters[a].usable && peripheral.rssi[a] != nil && !devices[peripheral.entries[a]].blocked
         }
-        guard !listening.isEmpty else { return }
+        // A discovering controller scans actively; one with an advertisement monitor and no
+        // discovery, passively (only the kernel's management clients hear it).
+        let listening = inRange.filter { adapters[$0].discovering }
+        let monitoring = inRange.filter { !adapters[$0].discovering && !adapters[$0].monitors.isEmpty }
+        guard !listening.isEmpty || !monitoring.isEmpty else { return }
         // One packet: counters and sensor payloads move once, whoever hears it.
         var ad = nextAdvertisement(p)
         let jitter = peripheral.config.rssiJitter
-        for a in listening {
+        for a in listening + monitoring {
             ad.rssi = min(max(peripheral.rssi[a]! + Int.random(in: -jitter...jitter), -127), 20)
-            hear(peripheral.entries[a], ad)
+            if adapters[a].discovering { hear(peripheral.entries[a], ad) } else { streamMonitorFound(peripheral.entries[a], ad) }
         }
     }
 

@@ -9,7 +9,9 @@ import Synchronization
 /// the parameters), on Unix SOCK_SEQPACKET sockets, to every client from its connection on. A
 /// client's commands are answered as the kernel answers the ones a reader sends when it opens
 /// (Read Management Version Information, Read Management Supported Commands, Read Controller Index
-/// List: the controllers plugged in), each in order with the events; any other is an unknown command.
+/// List: the controllers plugged in), each in order with the events; any other goes to the
+/// command handler (the engine: the advertisement monitor commands), whose answer goes to that
+/// client alone, or is an unknown command without one.
 ///
 /// A client that does not read never holds the engine up: frames are sent with MSG_DONTWAIT into
 /// the client's socket buffer (SO_SNDBUF `sendBuffer`, which the kernel caps at
@@ -19,6 +21,8 @@ import Synchronization
 final class ManagementStream: Sendable {
     /// Unchecked: Dispatch's sources may be cancelled from any thread.
     private struct Client: @unchecked Sendable {
+        /// Unique for the stream's life (a descriptor's number may come back for another client).
+        let id: Int
         let fd: Int32
         /// Reads its commands; cancelled when the client is let go, and closes `fd` then.
         let source: any DispatchSourceRead
@@ -30,6 +34,13 @@ final class ManagementStream: Sendable {
     /// with `clients` held, so that a list and the Index Added or Removed frames keep their order.
     private let controllers = Mutex<Set<ControllerIndex>>([])
     private let queue = DispatchQueue(label: "gattway-sim.management")
+    private let nextClient = Atomic<Int>(0)
+    /// Answers one command frame (the engine's): the frames to send back to its client.
+    typealias CommandHandler = @Sendable ([UInt8]) async -> [[UInt8]]
+    private let commands = Mutex<CommandHandler?>(nil)
+    /// The handler's commands, answered one at a time in the order read.
+    private let commandQueue: AsyncStream<(client: Int, frame: [UInt8])>.Continuation
+    private let commandTask = Mutex<Task<Void, Never>?>(nil)
     /// Some client is connected: the engine builds no frame while none is.
     private let active = Atomic<Bool>(false)
     private let counters = Mutex(ManagementStreamCounters())
@@ -41,7 +52,36 @@ final class ManagementStream: Sendable {
     /// more than a second of the benchmark's 2 000 advertisements a second.
     static let sendBuffer: Int32 = 1 << 20
 
-    init(log: @escaping @Sendable (String) -> Void) { self.log = log }
+    init(log: @escaping @Sendable (String) -> Void) {
+        self.log = log
+        let (stream, continuation) = AsyncStream<(client: Int, frame: [UInt8])>.makeStream(bufferingPolicy: .bufferingOldest(256))
+        commandQueue = continuation
+        let task = Task { [weak self] in
+            for await (client, frame) in stream {
+                guard let self, let handle = self.commands.withLock({ $0 }) else { continue }
+                self.answer(client, await handle(frame))
+            }
+        }
+        commandTask.withLock { $0 = task }
+    }
+
+    deinit {
+        commandQueue.finish()
+        commandTask.withLock { $0?.cancel() }
+    }
+
+    /// Who answers the commands the stream does not (none: they are unknown commands).
+    func setCommandHandler(_ handler: @escaping CommandHandler) {
+        commands.withLock { $0 = handler }
+    }
+
+    /// Sends `frames` to client `id` alone (a command's answer), if it is still there.
+    private func answer(_ id: Int, _ frames: [[UInt8]]) {
+        clients.withLock { list in
+            guard let client = list.first(where: { $0.id == id }) else { return }
+            for frame in frames { _ = Glibc.send(client.fd, frame, frame.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) }
+        }
+    }
 
     var isActive: Bool { active.load(ordering: .relaxed) }
 
@@ -115,10 +155,11 @@ final class ManagementStream: Sendable {
         var size = Self.sendBuffer
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.readCommands(fd) }
+        let id = nextClient.add(1, ordering: .relaxed).newValue
+        source.setEventHandler { [weak self] in self?.readCommands(of: id, fd) }
         source.setCancelHandler { Glibc.close(fd) }
         clients.withLock { list in
-            list.append(Client(fd: fd, source: source))
+            list.append(Client(id: id, fd: fd, source: source))
             active.store(true, ordering: .relaxed)
         }
         counters.withLock { $0.connected += 1 }
@@ -144,12 +185,12 @@ final class ManagementStream: Sendable {
     }
 
     /// Answers the commands waiting on client `fd`; lets it go when it closed its end.
-    private func readCommands(_ fd: Int32) {
+    private func readCommands(of id: Int, _ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 512)
         while true {
             let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
             if count > 0 {
-                answer(Array(buffer[..<count]), to: fd)
+                answer(Array(buffer[..<count]), to: id, fd)
                 continue
             }
             if count < 0 && errno == EINTR { continue }
@@ -159,16 +200,22 @@ final class ManagementStream: Sendable {
         }
     }
 
-    /// The answer to one command frame, sent to its client only, in order with the events.
-    private func answer(_ command: [UInt8], to fd: Int32) {
+    /// The answer to one command frame, sent to its client only: the stream's own commands in
+    /// order with the events, the others through the command handler.
+    private func answer(_ command: [UInt8], to id: Int, _ fd: Int32) {
         guard command.count >= Frame.headerSize else { return }  // the kernel drops it too
         let opcode = Opcode(rawValue: UInt16(command[0]) | UInt16(command[1]) << 8)
         let controller = ControllerIndex(UInt16(command[2]) | UInt16(command[3]) << 8)
+        let handled = commands.withLock { $0 != nil }
+        if handled, !Self.ownCommands.contains(opcode) {
+            if case .dropped = commandQueue.yield((id, command)) { log("management stream: too many commands waiting; one dropped") }
+            return
+        }
         clients.withLock { list in
-            guard list.contains(where: { $0.fd == fd }) else { return }
+            guard list.contains(where: { $0.id == id }) else { return }
             let parameters: [UInt8]? = switch opcode {
             case .readVersion: ManagementVersion(version: 1, revision: 22).parameters
-            case .readCommands: SupportedCommands(commands: [Opcode.readVersion, .readCommands, .readIndexList].map(\.rawValue),
+            case .readCommands: SupportedCommands(commands: (Self.ownCommands + (handled ? Self.handlerCommands : [])).map(\.rawValue),
                                                   events: Self.events.map(\.rawValue)).parameters
             case .readIndexList: IndexList(controllers.withLock { $0 }.sorted()).parameters
             default: nil
@@ -184,7 +231,11 @@ final class ManagementStream: Sendable {
 
     /// The events the stream sends (what Read Management Supported Commands lists).
     private static let events: [EventCode] = [.commandComplete, .commandStatus, .indexAdded, .indexRemoved,
-                                              .deviceConnected, .deviceDisconnected, .deviceFound]
+                                              .deviceConnected, .deviceDisconnected, .deviceFound, .advertisementMonitorDeviceFound]
+    /// The commands the stream answers itself, and those the engine's handler answers.
+    private static let ownCommands: [Opcode] = [.readVersion, .readCommands, .readIndexList]
+    private static let handlerCommands: [Opcode] = [.readAdvertisementMonitorFeatures, .addAdvertisementPatternsMonitor,
+                                                    .removeAdvertisementMonitor]
 
     /// Client `fd` closed its end: it is let go (its source closes it).
     private func letGo(_ fd: Int32) {

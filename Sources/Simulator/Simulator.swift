@@ -93,6 +93,7 @@ public final class Simulator: Sendable {
                                                           member: "NameOwnerChanged")) { signal in inbox.yield(signal) }
         subscription.withLock { $0 = id }
         await engine.setDeliver { inbox.yield($0) }
+        management.setCommandHandler { [engine] frame in await engine.managementCommand(frame) }
         await engine.start()
         try await connection.requestName("org.bluez")
         await engine.announce()

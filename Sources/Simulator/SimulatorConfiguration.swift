@@ -12,7 +12,7 @@ import Glibc
 ///                "maxConnections": 7, "temporaryTimeoutSec": 30, "disconnectDelayMs": 100, "connectTimeoutMs": 20000,
 ///                "pairingTimeoutMs": 30000, "attTimeoutMs": 30000, "experimental": false }, { "id": "hci1" } ],
 ///   "devices": [ {
-///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate",
+///     "address": "F0:00:00:00:00:01", "addressType": "public", "name": "Sim Heart Rate", "nameInScanResponse": false,
 ///     "rssi": -55 (or per adapter, { "hci0": -55, "hci1": -80 }: unnamed adapters do not hear it), "rssiJitter": 3, "txPower": 4, "connectable": true, "advertisingIntervalMs": 1000,
 ///     "advertisingFlags": "06", "uuids": ["180D"], "manufacturerData": { "0xFFFF": "485200" },
 ///     "advertisingCounter": true, "serviceData": { "FEAA": "10..." },
@@ -156,6 +156,9 @@ extension SimulatorConfiguration {
         public var addressType: String
         /// The advertised local name; nil advertises none (BlueZ then shows the address as Alias).
         public var name: String?
+        /// The name goes in the scan response, which only an active scan's scan request gets:
+        /// a passive scan (the kernel's advertisement monitor) does not hear it.
+        public var nameInScanResponse: Bool
         /// The RSSI at every adapter, unless `rssiByAdapter` is given.
         public var rssi: Int
         /// The RSSI at each adapter that hears the device, by adapter name ("hci1"); an adapter
@@ -198,10 +201,11 @@ extension SimulatorConfiguration {
                     manufacturerData: [UInt16: HexBytes] = [:], serviceData: [BluetoothUUID: HexBytes] = [:],
                     advertisingCounter: Bool = false, addressRotationMs: Int? = nil, sensor: Sensor? = nil, mtu: Int = 247,
                     connectDelayMs: Int = 30, pairing: Pairing = Pairing(), uart: UART? = nil, services: [Service] = [],
-                    faults: Faults = Faults()) {
+                    faults: Faults = Faults(), nameInScanResponse: Bool = false) {
             self.address = address
             self.addressType = addressType
             self.name = name
+            self.nameInScanResponse = nameInScanResponse
             self.rssi = rssi
             self.rssiByAdapter = rssiByAdapter
             self.rssiJitter = rssiJitter
@@ -224,7 +228,7 @@ extension SimulatorConfiguration {
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case address, addressType, name, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
+            case address, addressType, name, nameInScanResponse, rssi, rssiJitter, txPower, connectable, advertisingIntervalMs, advertisingFlags
             case uuids, manufacturerData, serviceData, advertisingCounter, addressRotationMs, sensor, mtu, connectDelayMs, pairing
             case uart, services, faults
         }
@@ -239,6 +243,7 @@ extension SimulatorConfiguration {
                 throw DecodingError.dataCorruptedError(forKey: .addressType, in: c, debugDescription: "expected \"public\" or \"random\"")
             }
             name = try c.decodeIfPresent(String.self, forKey: .name)
+            nameInScanResponse = try c.decode(.nameInScanResponse, default: false)
             if let byAdapter = try? c.decode([String: Int].self, forKey: .rssi) {
                 guard byAdapter.values.allSatisfy({ (-127...20).contains($0) }) else {
                     throw DecodingError.dataCorruptedError(forKey: .rssi, in: c, debugDescription: "an RSSI is -127...20")
@@ -293,6 +298,7 @@ extension SimulatorConfiguration {
             try c.encode(address, forKey: .address)
             try c.encode(addressType, forKey: .addressType)
             try c.encodeIfPresent(name, forKey: .name)
+            if nameInScanResponse { try c.encode(nameInScanResponse, forKey: .nameInScanResponse) }
             if let rssiByAdapter { try c.encode(rssiByAdapter, forKey: .rssi) } else { try c.encode(rssi, forKey: .rssi) }
             try c.encode(rssiJitter, forKey: .rssiJitter)
             try c.encodeIfPresent(txPower, forKey: .txPower)

@@ -22,7 +22,7 @@ import Testing
                                       manufacturerData: [0x0059: [0x01, 0x02, 0x03]], serviceData: [BluetoothUUID("FCD2")!: [0x40, 0x01, 0x64]],
                                       connectDelayMs: 5),
         SimulatorConfiguration.Device(address: loud, name: "Loud", rssi: -40, rssiByAdapter: ["hci0": -40], rssiJitter: 0,
-                                      advertisingIntervalMs: 50),
+                                      advertisingIntervalMs: 50, nameInScanResponse: true),
         SimulatorConfiguration.Device(address: beacon, rssi: -70, rssiByAdapter: ["hci1": -70], rssiJitter: 0, connectable: false,
                                       advertisingIntervalMs: 50, advertisingFlags: [], manufacturerData: [0x004C: [0x02, 0x15, 0xAA]]),
     ])
@@ -109,6 +109,44 @@ import Testing
         // at -60 came meanwhile, and were dropped.
         for _ in 0..<5 { try #require(events.next { $0.found?.address == Self.loud } != nil) }
         #expect(!events.all.contains { $0.found?.address == Self.sensor })
+    }
+
+    /// An advertisement monitor added on the stream, as on the kernel's socket: the controller
+    /// scans passively while it does not discover (Advertisement Monitor Device Found, handle 0,
+    /// no scan response, nothing for bluetoothd), actively again while it does.
+    @Test func aMonitorMakesTheControllerScanPassivelyWhileItDoesNotDiscover() async throws {
+        let fixture = try await Fixture()
+        defer { fixture.close() }
+        let (sim, events, channel) = (fixture.sim, fixture.events, fixture.channel)
+        let hci0 = ControllerIndex(0)
+        let features = try await channel.command(.readAdvertisementMonitorFeatures, controller: hci0)
+        #expect(features.status == .success)
+        #expect(AdvertisementMonitorFeatures(parameters: features.parameters) == AdvertisementMonitorFeatures(maxHandles: 32, maxPatterns: 16, handles: []))
+        let added = try await channel.command(.addAdvertisementPatternsMonitor, controller: hci0,
+                                              parameters: AdvertisementMonitor.addParameters(AdvertisementMonitor.everyAdvertisement))
+        #expect(added == ManagementChannel.Answer(status: .success, parameters: [0x01, 0x00]))
+        let passive = try #require(events.next { $0.found?.address == Self.loud }?.found)
+        #expect(passive.monitor == 0 && passive.controller == hci0 && passive.rssi == -40)
+        // Its name is in its scan response: a passive scan sends no scan request.
+        #expect(passive.advertisingData.structures.map(\.type) == [0x01])
+        #expect(try await sim.managedObjects()[ObjectPath(Sim.devicePath(Self.loud.description))!] == nil)
+        let listed = try await channel.command(.readAdvertisementMonitorFeatures, controller: hci0)
+        #expect(AdvertisementMonitorFeatures(parameters: listed.parameters)?.handles == [1])
+
+        try await sim.call(Sim.adapter, Interface.adapter, "StartDiscovery")
+        let active = try #require(events.next { $0.found?.address == Self.loud && $0.found?.monitor == nil }?.found)
+        #expect(active.advertisingData.structures.map(\.type) == [0x01, 0x09])
+
+        let removed = try await channel.command(.removeAdvertisementMonitor, controller: hci0, parameters: AdvertisementMonitor.handleParameters(1))
+        #expect(removed == ManagementChannel.Answer(status: .success, parameters: [0x01, 0x00]))
+        let again = try await channel.command(.removeAdvertisementMonitor, controller: hci0, parameters: AdvertisementMonitor.handleParameters(1))
+        #expect(again == ManagementChannel.Answer(status: .invalidParameters, parameters: [0x01, 0x00]))
+        let elsewhere = try await channel.command(.readAdvertisementMonitorFeatures, controller: ControllerIndex(7))
+        #expect(elsewhere.status == .invalidIndex)
+        let badPattern = try await channel.command(.addAdvertisementPatternsMonitor, controller: hci0, parameters: [0x01, 0x01, 0x1F, 0x01] + [UInt8](repeating: 0, count: 31))
+        #expect(badPattern.status == .invalidParameters)
+        let unknown = try await channel.command(Opcode(rawValue: 0x0004), controller: hci0)
+        #expect(unknown.status == .unknownCommand)
     }
 
     /// Links up and down, as the kernel tells them: the connecting adapter's Device Connected has

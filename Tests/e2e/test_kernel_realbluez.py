@@ -15,11 +15,17 @@ each socket (lab/kernel_view.py gathers, this test judges):
   BlueZ's Device1 signals are not read;
 * a link another client of BlueZ makes (busctl), twice, shows in REST up and down each time
   (bluetoothd does not signal it up; the kernel's Device Connected and ServicesResolved tell it);
-* passive scanning: the proxy, asked for it, says active, and the controller was told to scan
-  actively throughout (scan responses came). What the lab offers for it is printed: bluetoothd
-  5.66 without --experimental has no AdvertisementMonitorManager1, but the kernel scans
-  passively for an advertisement monitor added on a management socket (lab/kernel_view.py's
-  probe, once gattway has stopped: asserted, as the way gattway could take)."""
+* passive scanning through gattway (bluetoothd 5.66 without --experimental has no
+  AdvertisementMonitorManager1): a REST scan with `active: false`, then the proxy asked for
+  passive mode as Home Assistant asks, each with no watch running: gattway adds an advertisement
+  monitor on its management socket (the kernel's Command Complete to it, a handle), the
+  controller is told to scan passively (LE Set Scan Parameters type 0) and never actively in
+  those windows, it reports RB-Periph's ADV_IND alone (no scan request, no scan response), the
+  kernel sends gattway Advertisement Monitor Device Found (handle 0) with those bytes, REST says
+  `mode: passive`, the proxy's state says PASSIVE (configured ACTIVE) and every raw advertisement
+  it sent then is the advertisement without its scan response; no monitor is left once gattway
+  stopped. The lab's own probe (a monitor on a socket of its own, gattway gone) is kept as the
+  kernel's fact."""
 import json
 import os
 import shutil
@@ -182,22 +188,80 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
     links = result["other_client"]
     assert all(r["connect"]["rc"] == 0 and r["disconnect"]["rc"] == 0 for r in links), links
     assert [(r["shown_connected"], r["shown_disconnected"]) for r in links] == [(True, True)] * 2, links
-    ups = [f for f, t in ((f, t) for _, f, t in others) if f[:4] == b"\x0b\x00\x00\x00" and t > result["metrics_at"]]
+    ups = [f for f, t in ((f, t) for _, f, t in others)
+           if f[:4] == b"\x0b\x00\x00\x00" and result["metrics_at"] < t < result["passive_rest"]["started_at"]]
     assert len(ups) == 2, [f.hex() for f in ups]
 
-    # Passive scanning: asked for, the proxy says active, and the controller scanned actively.
+    # The proxy's scanner, not asked for a mode, scanned actively (so did the controller).
     states = result["esphome"]["scanner_states"]
-    assert result["esphome"]["answered_passive_request"], states
-    assert all(s["mode"] == "ACTIVE" for s in states if s["after_passive_request"]), states
+    assert states and all((s["mode"], s["configured_mode"]) == ("ACTIVE", "ACTIVE") for s in states), states
     settings = btsnoop.scan_settings(recs, 0)
     # While gattway discovered (later, a Connect scans passively for its device).
     with_gattway = [(k, v) for k, v, t in settings if t < result["metrics_at"]]
     assert ("parameters", "active") in with_gattway and ("parameters", "passive") not in with_gattway, settings
-    after = [r for r in esphome[PERIPH] if r["after_passive_request"]]
-    assert after, "no advertisement after the passive request"
-    status, refused = result["rest"]["passive_scan"]
-    assert status >= 400 and "passive" in json.dumps(refused), (status, refused)
+
+    # Passive scanning through gattway: a REST scan, then the proxy asked by aioesphomeapi.
+    adv_only = {btsnoop.significant(r["data"]) for r in heard_by[PERIPH] if r["pdu"] == "ADV_IND"}
+    periph_wire = bytes.fromhex(PERIPH.replace(":", ""))[::-1]
+
+    def passive_window(start, end, what):
+        """What btmon saw in [start, end]: only passive scan parameters, RB-Periph's ADV_IND alone,
+        and Advertisement Monitor Device Found frames (handle 0) of it to gattway's socket."""
+        set_then = [(k, v) for k, v, t in settings if start <= t <= end]
+        assert ("parameters", "active") not in set_then, (what, set_then)
+        # The parameters the controller scans with then: the last set before the window's end.
+        last = [v for k, v, t in settings if k == "parameters" and t <= end]
+        assert last and last[-1] == "passive", (what, settings)
+        heard = [r for r in btsnoop.le_reports(recs, 0) if r["address"] == PERIPH and start <= r["t"] <= end]
+        assert heard and {r["pdu"] for r in heard} == {"ADV_IND"}, (what, heard[:3])
+        monitored = [f for _, f, t in others if f[:4] == b"\x2f\x00\x00\x00" and start <= t <= end and f[8:14] == periph_wire]
+        assert monitored and all(f[6:8] == b"\x00\x00" and f[22:] in adv_only for f in monitored), (what, [f.hex() for f in monitored[:3]])
+        found_then = [f for _, f, t in others if f[:2] == b"\x12\x00" and start <= t <= end]
+        assert not found_then, (what, [f.hex() for f in found_then[:3]])
+        return len(heard), len(monitored), sum(k == "parameters" and v == "passive" for k, v in set_then)
+
+    rest = result["passive_rest"]
+    status, answer = rest["answer"]
+    assert status == 200 and answer["mode"] == "passive" and answer["filters"]["active"] is False, answer
+    assert rest["state"][1]["mode"] == "passive", rest["state"]
+    # RB-Periph, removed from BlueZ before, heard only passively: listed by gattway, its name
+    # (in the scan response) unknown, and bluetoothd made no object of it.
+    assert rest["removed"]["rc"] == 0, rest["removed"]
+    status, heard_only = rest["device"]
+    assert status == 200 and heard_only.get("name") is None and "stale" not in heard_only, heard_only
+    assert not rest["bluez_object"], "bluetoothd made a device of a passive scan's report"
+    # Connected all the same (a short discovery lets BlueZ learn it), then the scan is passive again.
+    status, linked, _ = rest["connect"]
+    assert status == 200 and linked["state"] == "connected", linked
+    assert rest["read"][0] == 200 and rest["read"][1]["value"] == "RealBlueZ Emulated Devices", rest["read"]
+    assert rest["disconnect"][0] == 200 and rest["passive_again"], (rest["disconnect"], rest["passive_again"])
+    assert rest["stopped"][0] == 200 and "mode" not in rest["stopped"][1], rest["stopped"]
+    added = [f for _, f, t in others if f[:2] == b"\x01\x00" and f[6:9] == b"\x52\x00\x00" and t >= rest["started_at"]]
+    assert added, "the kernel did not complete gattway's Add Advertisement Patterns Monitor"
+    assert any("advertisement monitor" in line and "added on hci0" in line for line in result["passive_log"]), result["passive_log"]
+    # The monitor added, the kernel sets the controller to scan passively (LE Set Scan
+    # Parameters type 0), and not actively, until the scan stops; its first second is the switch.
+    rest_set = [(v, round(t - rest["started_at"], 3)) for k, v, t in settings
+                if k == "parameters" and rest["started_at"] <= t <= rest["ended_at"]]
+    assert [v for v, _ in rest_set] and {v for v, _ in rest_set} == {"passive"}, rest_set
+    rest_heard = passive_window(rest["started_at"] + 1.0, rest["ended_at"], "REST passive scan")
+    proxy = result["esphome_passive"]
+    assert proxy["answered"], proxy["states"]
+    asked = [s for s in proxy["states"] if proxy["asked_at"] <= s["t"] <= proxy["ended_at"]]
+    assert asked and asked[-1]["mode"] == "PASSIVE" and all(s["configured_mode"] == "ACTIVE" for s in proxy["states"]), proxy["states"]
+    status, watch = proxy["watch"]
+    assert status == 200 and watch["mode"] == "passive" and watch["filters"] == {"active": False}, watch
+    # Asked for passive, the proxy's watch stops BlueZ's discovery: the kernel turns to the monitor.
+    proxy_set = [(v, round(t - proxy["asked_at"], 3)) for k, v, t in settings
+                 if k == "parameters" and proxy["asked_at"] <= t <= proxy["ended_at"]]
+    assert proxy_set and {v for v, _ in proxy_set} == {"passive"}, proxy_set
+    proxy_heard = passive_window(proxy["started_at"] + 0.5, proxy["ended_at"], "proxy in passive mode")
+    sent_passively = [bytes.fromhex(r["data"]) for r in proxy["reports"] if r["phase"] == "passive"]
+    assert sent_passively and set(sent_passively) <= adv_only, ([d.hex() for d in sent_passively[:3]], [a.hex() for a in adv_only])
+    assert not any(t == 0x09 for d in sent_passively for t, _ in btsnoop.ad_structures(d)), "a name, which only the scan response has"
     passive = result["passive"]
+    left = passive["btmgmt_monitor_features"]["output"]
+    assert "Handles list with 0 item" in left or "0 items" in left, left
     monitor = "org.bluez.AdvertisementMonitorManager1" in passive["adapter_interfaces"]
     # The kernel's own passive scan: a monitor added on a management socket, gattway gone.
     assert probe.get("handle") is not None, probe
@@ -220,7 +284,13 @@ def test_gattway_in_the_guest_passes_on_the_kernels_advertisements_byte_for_byte
           f" AD types {sorted(f'0x{t:02x}' for t, _ in periph_structures)}; BTHome sensor at {', '.join(sensors)}:"
           f" {sum(len(esphome[a]) for a in sensors)} reports, read {measurements}; {compared} bytes compared, all equal;"
           f" {sum(len(esphome[a]) for a in devices)} reports through the proxy for {in_window} frames sent well inside its window; counters: delivered {delivered:.0f},"
-          f" bad 0, Device1 signals read 0; another client's link up and down twice, shown each time; passive asked: proxy says active, controller scan 'active' only;"
+          f" bad 0, Device1 signals read 0; another client's link up and down twice, shown each time;"
+          f" passive REST scan: LE Set Scan Parameters {rest_set} (s after the POST), none active; then {rest_heard[0]} ADV_IND of"
+          f" RB-Periph, no SCAN_RSP, {rest_heard[1]} Advertisement Monitor Device Found (handle 0) to gattway; RB-Periph removed from"
+          f" BlueZ first: listed without its name, no BlueZ object, connected through REST ({rest['connect'][2]:.0f} ms), passive again after;"
+          f" proxy asked passive:"
+          f" LE Set Scan Parameters {proxy_set} (s after the request), none active; {len(sent_passively)} raw advertisements"
+          f" without scan response ({proxy_heard[1]} monitor frames, {proxy_heard[0]} ADV_IND);"
           f" AdvertisementMonitorManager1 on hci0: {'yes' if monitor else 'no'}; the kernel's monitor (0x0052): passive"
           f" scan, {len(monitored)} Advertisement Monitor Device Found in {during[1] - during[0]:.1f} s"
           f" ({len(periph_monitored)} of RB-Periph, handle 0, no scan response)")

@@ -121,7 +121,6 @@ def test_bad_requests_get_clear_errors(gateway):
     assert_error(*gateway.post("/v1/scan", raw=b"{oops")[:2], 400, "invalidParameters")
     assert_error(*gateway.post("/v1/scan", {"services": ["not-a-uuid"]})[:2], 400, "invalidParameters")
     assert_error(*gateway.post("/v1/scan", {"sevrices": ["180d"]})[:2], 400, "invalidParameters")
-    assert_error(*gateway.post("/v1/scan", {"active": False})[:2], 501, "operationNotSupported")
     assert_error(*gateway.get("/v1/devices/zz:zz")[:2], 400, "invalidParameters")
     assert_error(*gateway.get("/v1/devices/AA:BB:CC:DD:EE:FF")[:2], 404, "unknownDevice")
     assert_error(*gateway.get("/v1/no/such/route")[:2], 404, "operationNotSupported")

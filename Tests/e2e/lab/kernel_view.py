@@ -58,11 +58,11 @@ def bounded_wait(predicate, timeout, interval=0.1):
     return predicate()
 
 
-def http(method, path, body=None):
+def http(method, path, body=None, timeout=10):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(API + path, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             text = resp.read().decode()
             status = resp.status
     except urllib.error.HTTPError as e:
@@ -177,8 +177,8 @@ def address(number):
 
 async def esphome(periph, sensor_structure, seconds):
     """Raw advertisements of RB-Periph and of the sensor (those carrying `sensor_structure`)
-    through the proxy for `seconds` once both were heard, a passive-mode request halfway, and
-    the scanner states told."""
+    through the proxy for `seconds` once both were heard (scanning actively), and the scanner
+    states told."""
     api = APIClient("127.0.0.1", 6053, None, client_info="gattway kernel view")
     await api.connect(login=False)
     reports, states = [], []
@@ -205,22 +205,82 @@ async def esphome(periph, sensor_structure, seconds):
     api.subscribe_bluetooth_le_raw_advertisements(on_advertisements)
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in heard.values())), 40)
     first_after = time.time() - subscribed
-    await asyncio.sleep(seconds / 2)
-    told_before = len(states)
-    asked_passive = time.time()
-    api.bluetooth_scanner_set_mode(BluetoothScannerMode.PASSIVE)
-    await asyncio.sleep(seconds / 2)
+    await asyncio.sleep(seconds)
     ended = time.time()
     await api.disconnect()
-    for r in reports:
-        r["after_passive_request"] = r["t"] > asked_passive
-    for s in states:
-        s["after_passive_request"] = s["t"] > asked_passive
     # Wall-clock times (btmon's records carry the kernel's): the subscription taken (the
     # proxy tells the state once it listens) and its end.
-    return {"reports": reports, "scanner_states": states, "answered_passive_request": len(states) > told_before,
+    return {"reports": reports, "scanner_states": states,
             "first_heard_after": round(first_after, 2), "subscribed_at": subscribed,
             "listening_at": states[0]["t"] if states else None, "ended_at": ended}
+
+
+def passive_rest(periph, seconds):
+    """A passive REST scan (no watch runs then), RB-Periph first removed from BlueZ: the scan's
+    answer, GET /v1/scan and RB-Periph as REST lists it after `seconds`, whether BlueZ has an
+    object for it then, the window's wall-clock times; then a connect to it through REST (BlueZ
+    must learn it first), its disconnect, the mode once the connect's discovery is over, and the
+    stop's answer."""
+    path = device_path("hci0", periph)
+    removed = run(f"busctl call org.bluez /org/bluez/hci0 org.bluez.Adapter1 RemoveDevice o {path}")
+    started = time.time()
+    answer = http("POST", "/v1/scan", {"active": False})
+    time.sleep(seconds)
+    state = http("GET", "/v1/scan")
+    device = http("GET", f"/v1/devices/{periph}")
+    bluez_object = "error" not in bluez_properties(path, "org.bluez.Device1")
+    ended = time.time()
+    asked = time.monotonic()
+    connect = (*http("POST", f"/v1/devices/{periph}/connect", {"timeout": 20}, timeout=40), (time.monotonic() - asked) * 1000)
+    read = http("GET", f"/v1/devices/{periph}/characteristics/2a29/value?format=utf8")
+    disconnect = http("POST", f"/v1/devices/{periph}/disconnect")
+    passive_again = bounded_wait(lambda: http("GET", "/v1/scan")[1].get("mode") == "passive", 10, 0.25)
+    return {"removed": removed, "answer": answer, "state": state, "device": device, "bluez_object": bluez_object,
+            "started_at": started, "ended_at": ended, "connect": connect, "read": read, "disconnect": disconnect,
+            "passive_again": bool(passive_again), "stopped": http("DELETE", "/v1/scan")}
+
+
+async def esphome_passive(periph, seconds):
+    """The proxy asked for passive scanning, as Home Assistant asks: the scanner states told, RB-Periph's
+    raw advertisements for `seconds` once the state says passive (and the window), GET /v1/watch
+    then; active asked again at the end."""
+    api = APIClient("127.0.0.1", 6053, None, client_info="gattway kernel view (passive)")
+    await api.connect(login=False)
+    reports, states = [], []
+    phase = ["before"]
+
+    def on_advertisements(batch):
+        for a in batch.advertisements:
+            if address(a.address) == periph:
+                reports.append({"phase": phase[0], "data": bytes(a.data).hex(), "t": time.time()})
+
+    def on_state(s):
+        states.append({"state": s.state.name, "mode": s.mode.name, "configured_mode": s.configured_mode.name, "t": time.time()})
+
+    async def told(mode):
+        for _ in range(100):
+            if states and states[-1]["mode"] == mode:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    api.subscribe_bluetooth_scanner_state(on_state)
+    api.subscribe_bluetooth_le_raw_advertisements(on_advertisements)
+    await told("ACTIVE")
+    asked = time.time()
+    api.bluetooth_scanner_set_mode(BluetoothScannerMode.PASSIVE)
+    answered = await told("PASSIVE")
+    phase[0] = "passive"
+    started = time.time()
+    await asyncio.sleep(seconds)
+    ended = time.time()
+    phase[0] = "after"
+    watch = http("GET", "/v1/watch")
+    api.bluetooth_scanner_set_mode(BluetoothScannerMode.ACTIVE)
+    await told("ACTIVE")
+    await api.disconnect()
+    return {"states": states, "reports": reports, "asked_at": asked, "answered": answered, "started_at": started,
+            "ended_at": ended, "watch": watch}
 
 
 def other_client_links(periph, rounds=2):
@@ -373,7 +433,6 @@ def main():
             "watch": http("GET", "/v1/watch"),
             "sensors": http("GET", "/v1/sensors"),
             "sensor": {a: http("GET", f"/v1/sensors/{a}") for a in sensors},
-            "passive_scan": http("POST", "/v1/scan", {"active": False}),
         }
         result["bluez"] = {a: bluez_properties(device_path("hci0", a), "org.bluez.Device1") for a in [args.periph, *sensors]}
         # Quiet before counting: the watch stopped, BlueZ's discovery ended, so that no more
@@ -392,6 +451,12 @@ def main():
         step("counted")
         result["other_client"] = other_client_links(args.periph)
         step("another client's links")
+        result["passive_rest"] = passive_rest(args.periph, 4)
+        step("passive REST scan")
+        result["esphome_passive"] = asyncio.run(asyncio.wait_for(esphome_passive(args.periph, 4), 60))
+        step("proxy in passive mode")
+        with open(gattway_log) as f:
+            result["passive_log"] = [line.strip() for line in f if "passive scanning" in line or "advertisement monitor" in line]
         result["gattway_exit"] = procs.stop("gattway")
         step("gattway stopped")
         result["passive"] = passive_facts("hci0")

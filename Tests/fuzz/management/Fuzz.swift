@@ -17,12 +17,16 @@ import Management
 // - an Index Added or Removed is a header alone, for a controller, and encodes back to exactly
 //   the frame it came from;
 // - a device event encodes back to a frame that parses to the same event (less its dropped AD
-//   part); a device found's RSSI is a dBm value or none.
+//   part); a device found's RSSI is a dBm value or none;
+// - the same bytes read as an advertisement monitor's parameters (the simulator checks a client's
+//   Add Advertisement Patterns Monitor as the kernel does) or as Read Advertisement Monitor
+//   Features' answer: accepted, they encode back to what parses the same.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     var input = FuzzInput(data, size)
     let bytes = input.rest()
     checkAdvertisingData(bytes)
+    checkMonitorParameters(bytes)
     guard let event = try? Event(parsing: bytes) else { return 0 }
     require(event == (try? Event(parsing: bytes)), "the same frame parsed twice differently")
     require(bytes.count >= 6 && Int(bytes[4]) | Int(bytes[5]) << 8 == bytes.count - 6, "accepted a frame whose length is wrong")
@@ -80,4 +84,18 @@ func checkAdvertisingData(_ data: [UInt8]) {
         rebuilt += [UInt8(1 + structure.data.count), structure.type] + structure.data
     }
     require(rebuilt == kept, "the structures are not the kept bytes")
+}
+
+/// Monitor parameters and answers: what parses re-encodes to what parses the same.
+func checkMonitorParameters(_ bytes: [UInt8]) {
+    if let patterns = AdvertisementMonitor.patterns(parsing: bytes) {
+        require(!patterns.isEmpty && patterns.count <= AdvertisementMonitor.maxPatterns, "\(patterns.count) patterns accepted")
+        require(patterns.allSatisfy { !$0.value.isEmpty && Int($0.offset) + $0.value.count <= AdvertisementPattern.maxLength },
+                "a pattern past the advertisement accepted")
+        require(AdvertisementMonitor.patterns(parsing: AdvertisementMonitor.addParameters(patterns)) == patterns,
+                "monitor patterns do not survive their encoding")
+    }
+    if let features = AdvertisementMonitorFeatures(parameters: bytes) {
+        require(features.parameters == bytes, "the features answer does not encode back to its bytes")
+    }
 }
