@@ -77,38 +77,39 @@ final class KernelAdvertisements: Sendable {
                 break  // BlueZ's Connected=false of an engaged device tells it.
             }
         }
+        let opening: ManagementChannel.Opening
+        let named: String
+        switch source {
+        case .dbus:
+            log("advertisements: from BlueZ's D-Bus signals (--advertisements dbus)")
+            return
+        case .auto:
+            opening = ManagementChannel.open(controllers: controllers, log: log, ended: ended, controllersChanged: news, handler: handler)
+            named = "the kernel's management socket"
+        case .socket(let path):
+            opening = ManagementChannel.open(socketPath: path, controllers: controllers, log: log, ended: ended, controllersChanged: news,
+                                             handler: handler)
+            named = "the management events at \(path)"
+        case .descriptor(let fd):
+            opening = ManagementChannel.open(descriptor: fd, controllers: controllers, log: log, ended: ended, controllersChanged: news,
+                                             handler: handler)
+            named = "the simulator's management events"
+        }
         let opened: ManagementChannel?
         let why: String
         // Whether it takes the monitor commands (passive scanning), as the kernel (or the
         // simulator's stream) says in its Read Management Supported Commands answer.
         var monitorCommands = false
-        switch source {
-        case .dbus:
-            (opened, why) = (nil, "--advertisements dbus")
-        case .auto:
-            switch ManagementChannel.open(controllers: controllers, log: log, ended: ended, controllersChanged: news, handler: handler) {
-            case .opened(let c, let kernel):
-                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
-                (opened, why) = (c, "the kernel's management socket")
-            case .notPermitted(let reason): (opened, why) = (nil, "the kernel's management socket is not permitted (\(reason)); run as root or grant CAP_NET_ADMIN")
-            case .unavailable(let reason): (opened, why) = (nil, "no kernel management socket here (\(reason))")
-            }
-        case .socket(let path):
-            switch ManagementChannel.open(socketPath: path, controllers: controllers, log: log, ended: ended, controllersChanged: news,
-                                          handler: handler) {
-            case .opened(let c, let kernel):
-                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
-                (opened, why) = (c, "the management events at \(path)")
-            case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the management events at \(path) (\(reason))")
-            }
-        case .descriptor(let fd):
-            switch ManagementChannel.open(descriptor: fd, controllers: controllers, log: log, ended: ended, controllersChanged: news,
-                                          handler: handler) {
-            case .opened(let c, let kernel):
-                monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
-                (opened, why) = (c, "the simulator's management events")
-            case .notPermitted(let reason), .unavailable(let reason): (opened, why) = (nil, "cannot read the simulator's management events (\(reason))")
-            }
+        switch (opening, source) {
+        case (.opened(let c, let kernel), _):
+            monitorCommands = Self.monitorOpcodes.allSatisfy { kernel.supported.commands.contains($0.rawValue) }
+            (opened, why) = (c, named)
+        case (.notPermitted(let reason), .auto):
+            (opened, why) = (nil, "\(named) is not permitted (\(reason)); run as root or grant CAP_NET_ADMIN")
+        case (.unavailable(let reason), .auto):
+            (opened, why) = (nil, "no kernel management socket here (\(reason))")
+        case (.notPermitted(let reason), _), (.unavailable(let reason), _):
+            (opened, why) = (nil, "cannot read \(named) (\(reason))")
         }
         guard let opened else {
             log("advertisements: from BlueZ's D-Bus signals (\(why))")
