@@ -61,8 +61,9 @@ public final class Bridge: Sendable {
         var heard: Date
         /// When its presence was last published, and in which connection state.
         var presence: (at: ContinuousClock.Instant, state: String)?
-        /// When its sensor reading was last published.
+        /// When its sensor reading was last published, and which reading it was.
         var reading: ContinuousClock.Instant?
+        var lastReading: SensorReading?
         /// The measurements announced to Home Assistant, and their discovery topics.
         var announced: Set<String> = []
         var discoveryTopics: Set<String> = []
@@ -247,12 +248,21 @@ public final class Bridge: Sendable {
         announce(update.device, name: info.name, reading: update.reading)
     }
 
-    private func publishReading(_ info: PeripheralInfo, _ current: SensorBoard.Current, rssi: Int?) {
+    /// Publishes the reading, unless it is the one published last for the device (`again`: the
+    /// expiry's sending it anew): a reading the sweep found reaches the bridge as its event too
+    /// when the event was still on its way, and either may come first.
+    private func publishReading(_ info: PeripheralInfo, _ current: SensorBoard.Current, rssi: Int?, again: Bool = false) {
         var body = SensorBody(info, current, now: Date())
         body.rssi = rssi
         body.gateway = topics.gatewayID
         follow(info.id, heard: info.lastSeen ?? Date())
-        state.withLock { $0.followed[info.id]?.reading = .now }
+        let new = state.withLock { s -> Bool in
+            guard again || s.followed[info.id]?.lastReading != current.reading else { return false }
+            s.followed[info.id]?.reading = .now
+            s.followed[info.id]?.lastReading = current.reading
+            return true
+        }
+        guard new else { return }
         retain(topics.sensor(info.id), JSON.encodeCompact(body), qos: 0)
     }
 
@@ -278,7 +288,7 @@ public final class Bridge: Sendable {
             }
             // A changed reading found here goes out as its `sensor` event, queued behind this sweep.
             guard case (let current?, false) = gateway.sensors.hearing(info) else { continue }
-            publishReading(info, current, rssi: info.rssi)
+            publishReading(info, current, rssi: info.rssi, again: sent[info.id] != nil)
             announce(info.id, name: info.name, reading: current.reading)
         }
     }

@@ -332,6 +332,32 @@ final class RecordingBroker: MessageBroker {
         await bridge.stop()
     }
 
+    @Test func aReadingTheSweepPublishedGoesOutOnceWhenItsEventComesAfter() async throws {
+        // The other order: the sweep publishes a reading whose `sensor` event is still on its way
+        // (the hub's fan-out is a thread of its own); the event must not send it again.
+        let central = FakeCentral()
+        let broker = RecordingBroker()
+        let gateway = Gateway(central: central, version: "test")
+        let sensor = BluetoothAddress("A4:C1:38:00:00:01")!
+        let info = PeripheralInfo(id: sensor, addressType: "public", name: "Thermo", rssi: -61, lastSeen: Date(), state: .disconnected,
+                                  paired: false, advertisement: AdvertisementData(serviceData: [BluetoothUUID(uint16: 0xFCD2): [0x40, 0x02, 0xC4, 0x09]]))
+        central.list([info])
+        // Heard before the bridge listens: that event reaches no bridge, the sweep finds the reading.
+        let current = try #require(gateway.sensors.hear(info))
+        let bridge = Bridge(gateway: gateway, broker: broker, topics: try BridgeTopics(prefix: "gattway", gatewayID: "gw"), log: { _ in })
+        bridge.start()
+        bridge.brokerConnected()
+        let topic = "gattway/gw/sensors/A4:C1:38:00:00:01"
+        #expect(await eventually { !broker.on(topic).isEmpty })
+        gateway.hub.publish(.sensor(SensorBoard.Update(device: sensor, reading: current.reading, rssi: -61, changed: true)))
+        let other = PeripheralInfo(id: BluetoothAddress("5A:00:00:00:00:01")!, addressType: "random", name: nil, rssi: -70, lastSeen: Date(),
+                                   state: .disconnected, paired: false, advertisement: AdvertisementData())
+        _ = central.handler(.advertisement(other))
+        #expect(await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty })
+        #expect(broker.on(topic).count == 1, "\(broker.on(topic).map(\.text))")
+        await bridge.stop()
+    }
+
     @Test func withoutExpiryNoConfigSaysExpireAfter() throws {
         var measurements = Measurements()
         measurements.add("temperature", Measurement(.number(21.5), unit: "°C"))
