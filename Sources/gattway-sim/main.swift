@@ -261,6 +261,35 @@ if printConfig {
     }
 }
 
+/// Why the program ends: a signal, or the bus went away.
+/// The waiting main task, or the reason that came before it waited (a signal during start-up).
+let finished = Mutex<(continuation: CheckedContinuation<String, Never>?, early: String?)>((nil, nil))
+@Sendable func finish(_ reason: String) {
+    finished.withLock { f in
+        if let c = f.continuation {
+            c.resume(returning: reason)
+            f.continuation = nil
+        } else if f.early == nil {
+            f.early = reason
+        }
+    }
+}
+
+/// Made outside the main actor: the handlers run on a Dispatch queue.
+nonisolated func watchSignals(_ handler: @escaping @Sendable (String) -> Void) -> [any DispatchSourceSignal] {
+    [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")].map { number, name in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { handler(name) }
+        source.resume()
+        return source
+    }
+}
+// Before any thread starts (the bus's, the connection's, the simulator's): they inherit the
+// mask the signal sources set, so a SIGTERM can never land on a thread that would drop it
+// (seen twice in CI: gattway-sim not stopping on a SIGTERM sent right after its start).
+let signalSources = watchSignals(finish)
+
 let privateBus: PrivateBus?
 let address: String
 if let busAddress {
@@ -305,31 +334,6 @@ if let managementSocket {
     }
 }
 
-/// Why the program ends: a signal, or the bus went away.
-/// The waiting main task, or the reason that came before it waited (a signal during start-up).
-let finished = Mutex<(continuation: CheckedContinuation<String, Never>?, early: String?)>((nil, nil))
-@Sendable func finish(_ reason: String) {
-    finished.withLock { f in
-        if let c = f.continuation {
-            c.resume(returning: reason)
-            f.continuation = nil
-        } else if f.early == nil {
-            f.early = reason
-        }
-    }
-}
-
-/// Made outside the main actor: the handlers run on a Dispatch queue.
-nonisolated func watchSignals(_ handler: @escaping @Sendable (String) -> Void) -> [any DispatchSourceSignal] {
-    [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")].map { number, name in
-        signal(number, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { handler(name) }
-        source.resume()
-        return source
-    }
-}
-let signalSources = watchSignals(finish)
 connection.setDisconnectHandler { finish("the bus connection was lost") }
 
 let reason = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
