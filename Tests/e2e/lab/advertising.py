@@ -4,6 +4,8 @@ caller runs the GLib main loop."""
 import os
 import time
 
+from gi.repository import GLib
+
 import dbus
 
 
@@ -21,11 +23,18 @@ def register(bus, adapter_name, advertisements, ready):
                 f.write(f"{time.time():.6f}\n")
             os.rename(ready + ".tmp", ready)
 
-    def failed(error):
-        print("RegisterAdvertisement:", error, flush=True)
-        os._exit(1)
-
-    for advertisement in advertisements:
+    def send(advertisement, tries):
+        def failed(error):
+            # bluetoothd may not have let go yet of the advertisements of the owner killed just
+            # before (it learns of it from the bus): asked again for a while, then it ends.
+            print("RegisterAdvertisement:", error, f"({tries} tries left)", flush=True)
+            if tries == 0:
+                os._exit(1)
+            GLib.timeout_add(500, lambda: send(advertisement, tries - 1) and False)
         adapter.RegisterAdvertisement(advertisement.path, dbus.Dictionary({}, signature="sv"), signature="oa{sv}",
                                       dbus_interface="org.bluez.LEAdvertisingManager1",
                                       reply_handler=registered, error_handler=failed)
+        return True
+
+    for advertisement in advertisements:
+        send(advertisement, 20)
