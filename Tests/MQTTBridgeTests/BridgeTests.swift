@@ -307,6 +307,15 @@ final class RecordingBroker: MessageBroker {
         await bridge.stop()
     }
 
+    /// Another device's advertisement, behind anything queued before it: once its presence is
+    /// out, what came before (a reading's event, if any) has been handled too.
+    static func everythingQueuedIsHandled(_ central: FakeCentral, _ broker: RecordingBroker) async -> Bool {
+        let other = PeripheralInfo(id: BluetoothAddress("5A:00:00:00:00:01")!, addressType: "random", name: nil, rssi: -70, lastSeen: Date(),
+                                   state: .disconnected, paired: false, advertisement: AdvertisementData())
+        _ = central.handler(.advertisement(other))
+        return await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty }
+    }
+
     @Test func aReadingTheSweepFindsNewGoesOutOnceNotAlsoAsItsEvent() async throws {
         // The listing can be ahead of the sensor board (the central lists what it heard before its
         // event reached the board): the sweep's hearing makes the reading's `sensor` event, and
@@ -322,12 +331,7 @@ final class RecordingBroker: MessageBroker {
         bridge.brokerConnected()
         let topic = "gattway/gw/sensors/A4:C1:38:00:00:01"
         #expect(await eventually { !broker.on(topic).isEmpty })
-        // Another device's advertisement, behind anything the sweep queued: once its presence is
-        // out, the reading's event (if any) has been handled too.
-        let other = PeripheralInfo(id: BluetoothAddress("5A:00:00:00:00:01")!, addressType: "random", name: nil, rssi: -70, lastSeen: Date(),
-                                   state: .disconnected, paired: false, advertisement: AdvertisementData())
-        _ = central.handler(.advertisement(other))
-        #expect(await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty })
+        #expect(await Self.everythingQueuedIsHandled(central, broker))
         #expect(broker.on(topic).count == 1, "\(broker.on(topic).map(\.text))")
         await bridge.stop()
     }
@@ -350,10 +354,7 @@ final class RecordingBroker: MessageBroker {
         let topic = "gattway/gw/sensors/A4:C1:38:00:00:01"
         #expect(await eventually { !broker.on(topic).isEmpty })
         gateway.hub.publish(.sensor(SensorBoard.Update(device: sensor, reading: current.reading, rssi: -61, changed: true)))
-        let other = PeripheralInfo(id: BluetoothAddress("5A:00:00:00:00:01")!, addressType: "random", name: nil, rssi: -70, lastSeen: Date(),
-                                   state: .disconnected, paired: false, advertisement: AdvertisementData())
-        _ = central.handler(.advertisement(other))
-        #expect(await eventually { !broker.on("gattway/gw/devices/5A:00:00:00:00:01").isEmpty })
+        #expect(await Self.everythingQueuedIsHandled(central, broker))
         #expect(broker.on(topic).count == 1, "\(broker.on(topic).map(\.text))")
         await bridge.stop()
     }
