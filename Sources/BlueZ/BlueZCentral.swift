@@ -317,7 +317,8 @@ public final class BlueZCentral: Central {
 
     // MARK: - Adapters
 
-    /// An adapter in use added, removed, or changed in what `/v1/adapters` shows of it.
+    /// An adapter in use added, removed, or changed in what `/v1/adapters` shows of it or in its
+    /// room for advertisements.
     private func noteAdapterChanges(_ change: ObjectTree.Change) {
         let tree = link.tree
         switch change {
@@ -333,6 +334,12 @@ public final class BlueZCentral: Central {
                             change: .removed))
         case .properties(let p, BlueZ.adapterInterface, let changed, _):
             guard Self.shownAdapterProperties.contains(where: { changed[$0] != nil }), link.index.isInUse(adapter: p),
+                  let props = tree.properties(at: p, BlueZ.adapterInterface) else { return }
+            events(.adapter(link.adapterInfo(p, props), change: .changed))
+        case .properties(let p, LEAdvertisement.managerInterface, let changed, _):
+            // Its room for advertisements (the peripheral's status shows it): BlueZ signals the
+            // counts after it answered the registration, so a status read at once may be behind.
+            guard changed["ActiveInstances"] != nil || changed["SupportedInstances"] != nil, link.index.isInUse(adapter: p),
                   let props = tree.properties(at: p, BlueZ.adapterInterface) else { return }
             events(.adapter(link.adapterInfo(p, props), change: .changed))
         case .properties(let p, BlueZ.deviceInterface, let changed, _) where changed["Connected"] != nil:

@@ -11,6 +11,37 @@ import Synchronization
     private static let serviceUUID = BluetoothUUID("5a1e0001-0000-4000-8000-00805f9b34fb")!
     private static let charUUID = BluetoothUUID("5a1e0002-0000-4000-8000-00805f9b34fb")!
 
+    /// BlueZ signals an adapter's advertisement counts after it answered the registration: the
+    /// change is an `adapter` event, so a status read too early is not the last word.
+    @Test func anAdvertisementStartedOrStoppedIsAnAdapterChange() async throws {
+        let bus = try PrivateBus()
+        let server = try Connection(address: bus.address)
+        let simulator = Simulator(connection: server, configuration: SimulatorConfiguration(adapters: [.numbered(0)], devices: []))
+        let address = bus.address
+        let central = BlueZCentral { () throws(BusError) in try Connection(address: address) }
+        defer {
+            central.close()
+            simulator.stop()
+            server.close()
+            bus.stop()
+        }
+        try await simulator.start()
+        let events = EventLog()
+        central.setEventHandler { events.append($0) }
+        await central.start()
+        let hci0Changed: @Sendable (CentralEvent) -> Bool = { if case .adapter(let info, .changed) = $0 { info.id == "hci0" } else { false } }
+
+        var since = events.recorded
+        let advertisement = try await central.peripheral.startAdvertising(AdvertisementDefinition(localName: "gattway-room", adapter: "hci0"))
+        _ = try await events.wait(since: since, what: "hci0 changed: one advertisement running", hci0Changed)
+        #expect(await central.peripheral.status().instances["hci0"]?.active == 1)
+
+        since = events.recorded
+        try await central.peripheral.stopAdvertising(advertisement.id)
+        _ = try await events.wait(since: since, what: "hci0 changed: none running", hci0Changed)
+        #expect(await central.peripheral.status().instances["hci0"]?.active == 0)
+    }
+
     @Test func ownCentralOnHci1ScansConnectsReadsWritesAndIsNotifiedByThePeripheralOnHci0() async throws {
         let bus = try PrivateBus()
         let server = try Connection(address: bus.address)
