@@ -195,9 +195,12 @@ suite_realbluez() {
         # The guest's kernel has failed there before (list_del corruption in hci_chan_del):
         # a failure it explains says so.
         grep -m3 -E 'kernel BUG|Oops|corruption' "$RB_STATE_DIR/console.log" >&2 2>/dev/null && echo "(the VM's kernel, above)" >&2
+        # The guest's logs (bluetoothd, the peripheral, the outage script's advertiser, btmon)
+        # are kept beside the output: the lab's directory is gone with the next run.
+        mkdir -p .build/realbluez-guest && cp -p "$RB_STATE_DIR"/*.log .build/realbluez-guest/ 2>/dev/null || true
         echo "FAILED on real BlueZ (pytest exit $rc$([ "$rc" -eq 124 ] && echo ': timed out')); the whole output" \
              "is in $log, gattway's log of the reliability tests in .build/realbluez-reliability-gattway.log," \
-             "the VM's in $RB_STATE_DIR/*.log" >&2
+             "the VM's in .build/realbluez-guest/" >&2
         return 1
     fi
     # Two adapters are part of what must pass (and the peripheral role, served on hci0 to hci2):
