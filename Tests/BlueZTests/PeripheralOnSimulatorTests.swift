@@ -7,6 +7,30 @@ import Synchronization
 
 /// gattway's peripheral on the simulator's hci0 and gattway's own central on hci1, in one
 /// process: the two pieces of issue 34 meeting through BlueZ's documented API.
+/// The simulator on a private bus and gattway's central (not started: set its handlers first).
+private final class SimulatedBlueZ: Sendable {
+    let bus: PrivateBus
+    let server: Connection
+    let simulator: Simulator
+    let central: BlueZCentral
+
+    init(adapters: [SimulatorConfiguration.Adapter]) async throws {
+        bus = try PrivateBus()
+        server = try Connection(address: bus.address)
+        simulator = Simulator(connection: server, configuration: SimulatorConfiguration(adapters: adapters, devices: []))
+        let address = bus.address
+        central = BlueZCentral { () throws(BusError) in try Connection(address: address) }
+        do { try await simulator.start() } catch { close(); throw error }
+    }
+
+    func close() {
+        central.close()
+        simulator.stop()
+        server.close()
+        bus.stop()
+    }
+}
+
 @Suite(.serialized) struct PeripheralOnSimulatorTests {
     private static let serviceUUID = BluetoothUUID("5a1e0001-0000-4000-8000-00805f9b34fb")!
     private static let charUUID = BluetoothUUID("5a1e0002-0000-4000-8000-00805f9b34fb")!
@@ -14,18 +38,9 @@ import Synchronization
     /// BlueZ signals an adapter's advertisement counts after it answered the registration: the
     /// change is an `adapter` event, so a status read too early is not the last word.
     @Test func anAdvertisementStartedOrStoppedIsAnAdapterChange() async throws {
-        let bus = try PrivateBus()
-        let server = try Connection(address: bus.address)
-        let simulator = Simulator(connection: server, configuration: SimulatorConfiguration(adapters: [.numbered(0)], devices: []))
-        let address = bus.address
-        let central = BlueZCentral { () throws(BusError) in try Connection(address: address) }
-        defer {
-            central.close()
-            simulator.stop()
-            server.close()
-            bus.stop()
-        }
-        try await simulator.start()
+        let rig = try await SimulatedBlueZ(adapters: [.numbered(0)])
+        defer { rig.close() }
+        let central = rig.central
         let events = EventLog()
         central.setEventHandler { events.append($0) }
         await central.start()
@@ -43,18 +58,9 @@ import Synchronization
     }
 
     @Test func ownCentralOnHci1ScansConnectsReadsWritesAndIsNotifiedByThePeripheralOnHci0() async throws {
-        let bus = try PrivateBus()
-        let server = try Connection(address: bus.address)
-        let simulator = Simulator(connection: server, configuration: SimulatorConfiguration(adapters: [.numbered(0), .numbered(1)], devices: []))
-        let address = bus.address
-        let central = BlueZCentral { () throws(BusError) in try Connection(address: address) }
-        defer {
-            central.close()
-            simulator.stop()
-            server.close()
-            bus.stop()
-        }
-        try await simulator.start()
+        let rig = try await SimulatedBlueZ(adapters: [.numbered(0), .numbered(1)])
+        defer { rig.close() }
+        let central = rig.central
         let centralEvents = EventLog()
         let peripheralEvents = EventLogOf<PeripheralEvent>()
         central.setEventHandler { centralEvents.append($0) }
