@@ -106,7 +106,7 @@ let package = Package(
         .executableTarget(name: "gattway", dependencies: ["Launch", "GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Avahi", "Access",
                                                           "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
-        .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
+        .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus", "Threading"]),
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
