@@ -127,35 +127,54 @@ def directories_owned_by(pid):
     return found
 
 
-def test_a_sigterm_at_any_moment_of_the_start_stops_gattway_sim():
-    """gattway-sim took a SIGTERM that came in the milliseconds before Dispatch had registered
-    its handler as ignored, and ran on (CI: the test above timed out; a loop of starts: 2 to 13
-    in 100 lost). Each run here sends it at another moment, from 0 to 1.5 times the time the
-    address line takes, and at that line: the sim ends within 10 s, by the default action (before
-    it watches signals, when it has made nothing) or cleanly, and leaves no bus directory. The
-    delays are the moments tried, not waits for something: nothing outside marks them."""
+@pytest.mark.parametrize("name, args, marker", [
+    ("gattway --simulate", ["--listen", "127.0.0.1:0", "--state-dir", "none", "--simulate"], "listening on"),
+    ("gattway-sim", [], "DBUS_SYSTEM_BUS_ADDRESS="),
+], ids=["gattway --simulate", "gattway-sim"])
+def test_a_sigterm_at_any_moment_of_the_start_stops_it(name, args, marker):
+    """A SIGTERM that came in the milliseconds before Dispatch had registered its handler was
+    ignored (SIG_IGN), and the process ran on (CI: the test above timed out; in a loop of
+    gattway-sim starts, 2 to 13 in 100 lost). Each run here sends it at another moment, from 0
+    to 1.5 times the time the ready line (`marker`) takes, and at that line: the process ends
+    within 10 s, by the default action (before it watches signals, when it has made nothing) or
+    cleanly, and leaves no bus directory. The delays are the moments tried, not waits for
+    something: nothing outside marks them."""
+    def launch():
+        # Both print their ready line on a pipe of its own: the sim on stdout, gattway on stderr.
+        out = subprocess.PIPE if name == "gattway-sim" else subprocess.DEVNULL
+        err = subprocess.DEVNULL if name == "gattway-sim" else subprocess.PIPE
+        proc = subprocess.Popen([binary(name.split()[0]), *args], stdout=out, stderr=err, text=True)
+        return proc, proc.stdout or proc.stderr
+
+    def wait_ready(lines):
+        for line in lines:
+            if marker in line:
+                return
+        pytest.fail(f"{name} ended before its ready line")
+
     started = time.monotonic()
-    probe = Sim()
+    probe, lines = launch()
+    wait_ready(lines)
     ready = time.monotonic() - started
-    probe.stop()
-    moments = [ready * 1.5 * i / 60 for i in range(61)] + [None] * 5
-    for moment in moments:
-        proc = subprocess.Popen([binary("gattway-sim")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    probe.terminate()
+    probe.communicate(timeout=10)
+    for moment in [ready * 1.5 * i / 60 for i in range(61)] + [None] * 5:
+        proc, lines = launch()
         if moment is None:
-            assert proc.stdout.readline().startswith("DBUS_SYSTEM_BUS_ADDRESS=")
+            wait_ready(lines)
         else:
             until = time.monotonic() + moment
             while time.monotonic() < until:
                 pass  # busy: a sleep oversleeps by more than the window is wide
         proc.send_signal(signal.SIGTERM)
-        when = "at the address line" if moment is None else f"{moment * 1000:.1f} ms after its start"
+        when = "at its ready line" if moment is None else f"{moment * 1000:.1f} ms after its start"
         try:
-            code = proc.wait(10)
+            proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-            pytest.fail(f"gattway-sim still ran 10 s after a SIGTERM sent {when}")
-        assert code in (0, -signal.SIGTERM), f"exit {code} after a SIGTERM sent {when}"
+            proc.communicate()
+            pytest.fail(f"{name} still ran 10 s after a SIGTERM sent {when}")
+        assert proc.returncode in (0, -signal.SIGTERM), f"exit {proc.returncode} after a SIGTERM sent {when}"
         assert directories_owned_by(proc.pid) == [], f"a bus directory left after a SIGTERM sent {when}"
 
 
