@@ -350,7 +350,8 @@ if managementSocket != nil {
 }
 if !reason.hasPrefix("SIG") { FileHandleOutput.standardError("gattway-sim: \(reason)\n") }
 simulator.stop()
-connection.close()
-privateBus?.stop()
+// Each bounded (a stop never hangs): what did not end in time is said and left.
+if !connection.close() { log("the bus connection's thread had not ended 5 s after close; left") }
+if let privateBus, !privateBus.stop() { log("the private dbus-daemon had not ended 5 s after its SIGKILL; left (\(privateBus.directory))") }
 signals.cancel()
 exit(reason.hasPrefix("SIG") ? 0 : 1)
