@@ -104,9 +104,9 @@ let package = Package(
         // The executable's wiring, apart so that it can be tested; only executables import it.
         .target(name: "Launch", dependencies: ["Access", "BLE", "ESPHomeAPI", "MQTT", "MQTTBridge", "SerialBridge"]),
         .executableTarget(name: "gattway", dependencies: ["Launch", "GatewayCore", "HTTPAPI", "MQTTBridge", "ESPHomeProxy", "ESPHomeAPI", "SerialBridge", "Sockets", "Avahi", "Access",
-                                                          "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT"],
+                                                          "HTTPServer", "BlueZ", "Simulator", "DBus", "Sensors", "MQTT", "Threading"],
                           exclude: ["Linking"], linkerSettings: releaseLinking),
-        .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus"]),
+        .executableTarget(name: "gattway-sim", dependencies: ["Simulator", "DBus", "Threading"]),
 
         .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(name: "BLETests", dependencies: ["BLE"]),

@@ -106,7 +106,7 @@ public final class ServiceAnnouncer: Sendable {
             if !s.stopped { s.connection = connection }
             return s.stopped
         }
-        if stopped { return connection.close() }
+        if stopped { connection.close(); return }
         await publish(fresh: true)
     }
 

@@ -171,7 +171,7 @@ final class BusLink: Sendable {
                 self.send(call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "gattway has no object here")))
             }
         }
-        guard !closed.load(ordering: .acquiring) else { return connection.close() }
+        guard !closed.load(ordering: .acquiring) else { connection.close(); return }
         current.withLock { $0 = connection }
         calls.withLock { $0.busConnects += 1 }
         let attempts = busRetry.withLock { r -> Int in

@@ -46,7 +46,7 @@ public final class Connection: Sendable {
         return "unix:path=/run/dbus/system_bus_socket"
     }
 
-    deinit { core.close() }
+    deinit { _ = core.close() }
 
     /// Sends a method call and waits for its reply. An error reply is thrown as `BusError`.
     public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws(BusError) -> Message {
@@ -151,7 +151,10 @@ public final class Connection: Sendable {
     public var isConnected: Bool { !core.lost.load(ordering: .acquiring) }
 
     /// Closes the connection and stops its thread. Calls still waiting fail with `Disconnected`.
-    public func close() { core.close() }
+    /// Waits at most 5 s for the thread (a handler that does not return holds it): false if it
+    /// had not ended by then; it closes the connection when it does.
+    @discardableResult
+    public func close() -> Bool { core.close() }
 
     private static let threadsInitialized: Bool = dbus_threads_init_default() != 0
 
@@ -317,12 +320,12 @@ private final class Core: @unchecked Sendable {
         finished.signal()
     }
 
-    func close() {
-        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    func close() -> Bool {
+        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return true }
         wake()
         // From the loop thread itself (a handler closing its own connection) there is nothing to wait for.
-        if let loop = loopThread.withLock({ $0 }), pthread_equal(loop, pthread_self()) != 0 { return }
-        finished.wait()
+        if let loop = loopThread.withLock({ $0 }), pthread_equal(loop, pthread_self()) != 0 { return true }
+        return finished.wait(timeout: .now() + 5) == .success
     }
 
     // MARK: calls

@@ -70,12 +70,15 @@ public final class PrivateBus: Sendable {
         address = "unix:path=\(directory)/system_bus_socket"
     }
 
-    /// Stops the daemon and removes its directory.
-    public func stop() {
-        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        daemon.stop()
+    /// Stops the daemon and removes its directory. False if the daemon was still there 5 s after
+    /// its SIGKILL (stuck in the kernel): it is left, so that a stop never hangs; the caller says so.
+    @discardableResult
+    public func stop() -> Bool {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return true }
+        let ended = daemon.stop()
         Self.removeDirectory(directory)
         close(lock)
+        return ended
     }
 
     /// Removes the `gattway-bus-*` directories in `parent` that no process uses, and returns them:
@@ -227,12 +230,12 @@ private final class Daemon: Sendable {
         state.withLock { if !$0.exited { kill($0.pid, number) } }
     }
 
-    /// SIGTERM, and returns once it has exited (after SIGKILL if it takes more than 5 s). Once only.
-    func stop() {
+    /// SIGTERM, and SIGKILL if it has not exited 5 s later; whether it exited (false: not 5 s
+    /// after the SIGKILL either). Once only.
+    func stop() -> Bool {
         send(SIGTERM)
-        if ended.wait(timeout: .now() + 5) == .timedOut {
-            send(SIGKILL)
-            ended.wait()
-        }
+        guard ended.wait(timeout: .now() + 5) == .timedOut else { return true }
+        send(SIGKILL)
+        return ended.wait(timeout: .now() + 5) == .success
     }
 }

@@ -5,6 +5,7 @@ import FoundationEssentials
 import Glibc
 import Simulator
 import Synchronization
+import Threading
 
 let usage = """
     usage: gattway-sim [--bus ADDRESS] [--config FILE] [--adapters N] [--management-socket PATH]
@@ -275,20 +276,10 @@ let finished = Mutex<(continuation: CheckedContinuation<String, Never>?, early: 
     }
 }
 
-/// Made outside the main actor: the handlers run on a Dispatch queue.
-nonisolated func watchSignals(_ handler: @escaping @Sendable (String) -> Void) -> [any DispatchSourceSignal] {
-    [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")].map { number, name in
-        signal(number, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { handler(name) }
-        source.resume()
-        return source
-    }
-}
-// Before any thread starts (the bus's, the connection's, the simulator's): they inherit the
-// mask the signal sources set, so a SIGTERM can never land on a thread that would drop it
-// (seen twice in CI: gattway-sim not stopping on a SIGTERM sent right after its start).
-let signalSources = watchSignals(finish)
+@Sendable func finishOnSignal(_ number: Int32) { finish(number == SIGINT ? "SIGINT" : "SIGTERM") }
+// Before any thread starts (the bus's, the connection's, the simulator's) and before anything is
+// made that a stop must undo: a SIGTERM from here on, even during the start, stops it cleanly.
+let signals = SignalWatch([SIGINT, SIGTERM], handler: finishOnSignal)
 
 let privateBus: PrivateBus?
 let address: String
@@ -359,7 +350,8 @@ if managementSocket != nil {
 }
 if !reason.hasPrefix("SIG") { FileHandleOutput.standardError("gattway-sim: \(reason)\n") }
 simulator.stop()
-connection.close()
-privateBus?.stop()
-signalSources.forEach { $0.cancel() }
+// Each bounded (a stop never hangs): what did not end in time is said and left.
+if !connection.close() { log("the bus connection's thread had not ended 5 s after close; left") }
+if let privateBus, !privateBus.stop() { log("the private dbus-daemon had not ended 5 s after its SIGKILL; left (\(privateBus.directory))") }
+signals.cancel()
 exit(reason.hasPrefix("SIG") ? 0 : 1)

@@ -4,31 +4,26 @@ import GatewayCore
 import Glibc
 import Launch
 import Synchronization
+import Threading
 
-/// SIGINT and SIGTERM, caught from the moment this is made (before anything starts, so that a
-/// signal during start-up still stops gattway cleanly) until `wait` returns one.
+/// SIGINT and SIGTERM, caught from the moment this is made until `wait` returns one. Made on the
+/// main thread before anything starts (`SignalWatch`), so that a signal during start-up is never
+/// lost and stops gattway cleanly.
 final class TerminationSignals {
     private final class State: Sendable {
         let value = Mutex<(received: Int32?, waiting: CheckedContinuation<Int32, Never>?)>((nil, nil))
     }
     private let state = State()
-    private let sources: [DispatchSourceSignal]
+    private let watch: SignalWatch
 
     init() {
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
         let state = self.state
-        sources = [SIGINT, SIGTERM].map { number in
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
-                let waiting = state.value.withLock { s -> CheckedContinuation<Int32, Never>? in
-                    if s.received == nil { s.received = number }
-                    return s.waiting.take()
-                }
-                waiting?.resume(returning: number)
+        watch = SignalWatch([SIGINT, SIGTERM]) { number in
+            let waiting = state.value.withLock { s -> CheckedContinuation<Int32, Never>? in
+                if s.received == nil { s.received = number }
+                return s.waiting.take()
             }
-            source.resume()
-            return source
+            waiting?.resume(returning: number)
         }
     }
 
@@ -42,7 +37,7 @@ final class TerminationSignals {
             }
             if let early { continuation.resume(returning: early) }
         }
-        sources.forEach { $0.cancel() }
+        watch.cancel()
         return received
     }
 }

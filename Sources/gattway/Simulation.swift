@@ -33,6 +33,7 @@ struct Simulation {
 
     func stop() {
         simulator.stop()
-        bus.stop()
+        // Bounded: a daemon stuck past its SIGKILL is left, not waited for.
+        if !bus.stop() { log("simulator: the private dbus-daemon had not ended 5 s after its SIGKILL; left (\(bus.directory))", .warning) }
     }
 }

@@ -8,8 +8,7 @@ let gattwayVersion = "0.1.0"
 
 /// gattway from its options to a signal: the start, step by step, then the one teardown that
 /// every exit takes (a signal, or a step that failed), stopping what started, last first.
-func run(_ options: Options) async -> Int32 {
-    let termination = TerminationSignals()
+func run(_ options: Options, _ termination: TerminationSignals) async -> Int32 {
     let systemd = ServiceManager.fromEnvironment()
     let loaded: Loaded
     do throws(StartFailure) {
@@ -84,5 +83,7 @@ case .exit(let code, let message):
     if code == 0 { print(message) } else { writeError(message + "\n") }
     exit(code)
 case .run(let options):
-    exit(await run(options))
+    // Here, on the main thread before any other starts: `run` goes on in Swift's pool.
+    let termination = TerminationSignals()
+    exit(await run(options, termination))
 }
