@@ -56,9 +56,11 @@ def test_scanning_restarts_after_the_adapter_power_cycles(gateway):
 def test_a_scan_stopped_behind_gattways_back_is_restarted(gateway):
     gateway.discover(HR)
     gateway.simulator("EndDiscovery")
+    # First that gattway saw it end (under load the adapter may still read discovering before
+    # that), then that it runs again.
+    assert wait_for(lambda: any("discovery ended (BlueZ stopped discovering" in line for line in gateway.log), 5), gateway.log[-20:]
     assert wait_for(lambda: gateway.get("/v1/adapters")[1]["adapters"][0]["discovering"], 5)
     assert gateway.get("/v1/scan")[1]["scanning"] is True
-    assert any("discovery ended (BlueZ stopped discovering" in line for line in gateway.log), gateway.log[-20:]
 
 
 def test_a_flooding_websocket_client_does_not_stall_the_others(gateway):
