@@ -151,8 +151,8 @@ final class GATTOperations: Sendable {
 
     /// After a (re)connection: every characteristic this side wants notifying notifies again.
     /// BlueZ keeps its own session across a link loss and enables it again itself (StartNotify
-    /// then answers InProgress until it has); after a bluetoothd restart the session is gone
-    /// and StartNotify makes a new one. A characteristic whose object is not there yet (BlueZ
+    /// then answers at once, or InProgress until it has), unless that failed; after a bluetoothd
+    /// restart the session is gone; either way StartNotify makes a new one. A characteristic whose object is not there yet (BlueZ
     /// exports a table late and in pieces after a restart, and a peripheral may add services)
     /// is tried when it appears; past `restoreDeadline` clients are told, and it stays wanted.
     /// Returns after one pass over what is there now.
@@ -221,7 +221,7 @@ final class GATTOperations: Sendable {
         for handle in handles { await restore(id, handle) }
     }
 
-    /// One characteristic, in the device's turn: notifying already, or StartNotify now.
+    /// One characteristic, in the device's turn: StartNotify.
     private func restore(_ id: BluetoothAddress, _ handle: UInt16) async {
         let uuids: CharacteristicUUIDs?
         do {
@@ -230,7 +230,9 @@ final class GATTOperations: Sendable {
                 let (c, path, device) = try self.resolve(id, .handle(handle))
                 try c.requireNotifiable()
                 let uuids = self.uuids(of: c, device)
-                guard self.tree.properties(at: path, BlueZ.gattCharacteristicInterface)?["Notifying"]?.bool != true else { return uuids }
+                // Asked even when Notifying says true: BlueZ 5.66 loses a kept session whose
+                // re-enabling failed (the link went down first) and leaves Notifying true. For a
+                // session it still has, StartNotify answers at once.
                 do throws(BLEError) {
                     _ = try await self.call(id, path, BlueZ.gattCharacteristicInterface, "StartNotify", [])
                 } catch where error.detail?.contains("InProgress") == true || error.detail?.contains("In Progress") == true {

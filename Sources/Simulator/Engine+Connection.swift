@@ -180,6 +180,11 @@ extension Engine {
             for c in devices[d].gatt.characteristics.indices { propertiesChanged(.characteristic(d, c), Interface.characteristic, ["MTU"]) }
         }
         for c in devices[d].gatt.characteristics.indices where !devices[d].gatt.characteristics[c].state.sessions.isEmpty {
+            if faults.keptSessionsLost {
+                // Gone without a word: Notifying stays as it was.
+                devices[d].gatt.characteristics[c].state.sessions = devices[d].gatt.characteristics[c].state.sessions.filter { $0.value != .inactive }
+                continue
+            }
             for sender in devices[d].gatt.characteristics[c].state.sessions.keys {
                 devices[d].gatt.characteristics[c].state.sessions[sender] = .active
             }

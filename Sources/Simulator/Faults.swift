@@ -62,12 +62,18 @@ extension SimulatorConfiguration {
         /// The link goes down right after a successful Pair's reply (a device that ends the
         /// link once it has bonded).
         public var dropLinkAfterPairing: Bool
+        /// The notification sessions kept from the last connection are lost when the link comes
+        /// up again, without a word: bluetoothd 5.66 re-enables each with a CCCD write on the new
+        /// link and, when that write fails (the link went down first: seen in the lab after a
+        /// link lost while its services were resolved), drops the session but leaves Notifying
+        /// true and signals nothing. Its owner's next StartNotify starts a new one.
+        public var keptSessionsLost: Bool
 
         public init(connectError: ConnectError? = nil, connectDelayMs: Int? = nil, responseDelayMs: Int? = nil,
                     suppressConnectedSignal: Bool = false, servicesResolvedEarly: Bool = false, outOfRange: Bool = false, staleLink: Bool = false,
                     dropLinkAfterMs: Int? = nil,
                     lateServices: LateServices? = nil, forgetGATT: Bool = false, attErrors: [ATTError] = [],
-                    servicesResolvedAfterPairingMs: Int? = nil, dropLinkAfterPairing: Bool = false) {
+                    servicesResolvedAfterPairingMs: Int? = nil, dropLinkAfterPairing: Bool = false, keptSessionsLost: Bool = false) {
             self.connectError = connectError
             self.connectDelayMs = connectDelayMs
             self.responseDelayMs = responseDelayMs
@@ -81,11 +87,13 @@ extension SimulatorConfiguration {
             self.attErrors = attErrors
             self.servicesResolvedAfterPairingMs = servicesResolvedAfterPairingMs
             self.dropLinkAfterPairing = dropLinkAfterPairing
+            self.keptSessionsLost = keptSessionsLost
         }
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink
             case dropLinkAfterMs, lateServices, forgetGATT, attErrors, servicesResolvedAfterPairingMs, dropLinkAfterPairing
+            case keptSessionsLost
         }
 
         public init(from decoder: any Decoder) throws {
@@ -104,6 +112,7 @@ extension SimulatorConfiguration {
             attErrors = try c.decode(.attErrors, default: [])
             servicesResolvedAfterPairingMs = try c.decodeInt(.servicesResolvedAfterPairingMs, default: nil, in: 0...600_000)
             dropLinkAfterPairing = try c.decode(.dropLinkAfterPairing, default: false)
+            keptSessionsLost = try c.decode(.keptSessionsLost, default: false)
         }
 
         /// Parses the JSON given to `SetFault`.

@@ -152,6 +152,8 @@ let usage = """
         "servicesResolvedAfterPairingMs": 300 (a pairing that ends with the link up leaves
                            ServicesResolved false until 300 ms after the Pair reply),
         "dropLinkAfterPairing": true (the link goes down right after the Pair reply),
+        "keptSessionsLost": true (notification sessions kept across a link loss are lost,
+                           Notifying staying true, when the link comes up again),
         "attErrors": [ { "uuid": "2A19", "operation": "read", "code": "0x0e" },
                        { "handle": 13, "operation": "any", "code": 3 } ] }
 

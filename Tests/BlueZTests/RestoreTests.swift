@@ -70,6 +70,24 @@ import Testing
         #expect(rig.central.diagnostics().filter { $0.name == "gattway_notifications_unrestored" }.map(\.value) == [0, 0])
     }
 
+    /// bluetoothd 5.66 loses a kept session when re-enabling it on the new link fails (a link
+    /// lost while its services were resolved, in the lab) and leaves Notifying true: the restore
+    /// starts it again all the same, and the notifications come.
+    @Test func aSessionBlueZLostWithoutAWordIsStartedAgain() async throws {
+        let rig = try await CentralRig.connected([Self.hr], autoReconnect: true)
+        defer { rig.close() }
+        let heartRate = try await handle(rig, "2a37")
+        #expect(try await rig.central.setNotifyValue(true, Self.hr, characteristic: heartRate))
+        try await rig.control("SetFault", [.string(Self.hr.description), .string(#"{"keptSessionsLost": true}"#)])
+        let since = rig.events.recorded
+        try await inject(.linkLoss, rig)
+        _ = try await rig.events.wait(since: since, timeout: .seconds(20), what: "connected") {
+            if case .connection(Self.hr, .connected, _) = $0 { true } else { false }
+        }
+        _ = try await rig.events.wait(since: since, timeout: .seconds(10), what: "restored", Self.resubscribed(heartRate, failed: false))
+        try await expectNotifications(rig, "2a37")
+    }
+
     @Test func aHoldNotBackInTimeIsReportedKeptAndRestoredWhenItsObjectComes() async throws {
         let rig = try await CentralRig.connected([Self.hr], autoReconnect: true, restoreDeadline: .milliseconds(500))
         defer { rig.close() }

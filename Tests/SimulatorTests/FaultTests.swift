@@ -143,7 +143,7 @@ import Testing
         defer { sim.close() }
         await expectError("io.gattway.Simulator1.Error.UnknownDevice") { try await sim.setFault("00:00:00:00:00:00", "{}") }
         await expectError("io.gattway.Simulator1.Error.UnknownDevice") { try await sim.setFault("nonsense", "{}") }
-        await expectError("io.gattway.Simulator1.Error.InvalidArguments", "fault: connectDelay: unknown key (known keys: connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink, dropLinkAfterMs, lateServices, forgetGATT, attErrors, servicesResolvedAfterPairingMs, dropLinkAfterPairing)") {
+        await expectError("io.gattway.Simulator1.Error.InvalidArguments", "fault: connectDelay: unknown key (known keys: connectError, connectDelayMs, responseDelayMs, suppressConnectedSignal, servicesResolvedEarly, outOfRange, staleLink, dropLinkAfterMs, lateServices, forgetGATT, attErrors, servicesResolvedAfterPairingMs, dropLinkAfterPairing, keptSessionsLost)") {
             try await sim.setFault(Sim.hr, #"{"connectDelay": 5}"#)
         }
         await expectError("io.gattway.Simulator1.Error.InvalidArguments") { try await sim.setFault(Sim.hr, "{") }
