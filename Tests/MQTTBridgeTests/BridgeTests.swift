@@ -291,8 +291,11 @@ final class RecordingBroker: MessageBroker {
         _ = central.handler(.advertisement(heard()))
         #expect(await eventually { !broker.on(topic).isEmpty })
         let first = ContinuousClock.now
-        let config = broker.on("homeassistant/sensor/ble_a4c138000001_temperature/config")
-        #expect(config.count == 1 && config.first?.json["expire_after"] as? Int == 1)
+        // The entity's config goes out right after the reading (the same turn of the bridge).
+        let configTopic = "homeassistant/sensor/ble_a4c138000001_temperature/config"
+        #expect(await eventually { !broker.on(configTopic).isEmpty })
+        let config = broker.on(configTopic)
+        #expect(config.count == 1 && config.first?.json["expire_after"] as? Int == 1, "\(config.count) configs")
         // The gateway keeps hearing the same advertisement, and tells the bridge nothing (a scan
         // that filters duplicates, or the watch): the sweep finds it heard, and sends the reading
         // again once half of expire_after has passed since it last did.
