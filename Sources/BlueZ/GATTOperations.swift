@@ -152,10 +152,10 @@ final class GATTOperations: Sendable {
     /// After a (re)connection: every characteristic this side wants notifying notifies again.
     /// BlueZ keeps its own session across a link loss and enables it again itself (StartNotify
     /// then answers at once, or InProgress until it has), unless that failed; after a bluetoothd
-    /// restart the session is gone; either way StartNotify makes a new one. A characteristic whose object is not there yet (BlueZ
-    /// exports a table late and in pieces after a restart, and a peripheral may add services)
-    /// is tried when it appears; past `restoreDeadline` clients are told, and it stays wanted.
-    /// Returns after one pass over what is there now.
+    /// restart the session is gone; either way StartNotify makes a new one. A characteristic
+    /// whose object is not there yet (BlueZ exports a table late and in pieces after a restart,
+    /// and a peripheral may add services) is tried when it appears; past `restoreDeadline`
+    /// clients are told, and it stays wanted. Returns after one pass over what is there now.
     func resubscribe(_ id: BluetoothAddress) async {
         let handles = wanted.withLock { $0[id]?.keys.sorted() ?? [] }
         guard !handles.isEmpty else { return }
