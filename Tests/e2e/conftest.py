@@ -28,6 +28,7 @@ def pytest_configure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     streamtap.TALLY.test = item.nodeid
+    STARTED.clear()
     try:
         return (yield)
     finally:
@@ -37,6 +38,10 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    if report.failed:
+        # What each gattway the test started said last, whatever the assertion printed.
+        for n, gateway in enumerate(STARTED):
+            report.sections.append((f"gattway {n + 1} of {len(STARTED)}: its last 60 log lines", "\n".join(gateway.log[-60:])))
     if call.when == "teardown":
         problems = streamtap.TALLY.take(item.nodeid)
         if problems:
@@ -70,12 +75,17 @@ def binary(name):
     return exe
 
 
+# The gateways the running test started (their logs go with its failure report).
+STARTED = []
+
+
 class Gateway:
     """A running gattway; `base` is its URL. Its log lines are kept in `log`. `ssl_context`
     verifies its certificate when it serves HTTPS."""
 
     def __init__(self, args, env=None, ssl_context=None):
         self.log = []
+        STARTED.append(self)
         self.ssl_context = ssl_context
         # Tests keep no state between gateways unless they ask for it (the default state dir,
         # /var/lib/gattway as root, would carry devices from one test into the next).
