@@ -16,6 +16,7 @@ extension BlueZPeripheral {
             return s.nextAdvertisement
         }
         adverts.add(LEAdvertisement.path(id), [LEAdvertisement.interface: LEAdvertisement.properties(advertisement)])
+        let before = activeInstances(adapter)
         do throws(BLEError) {
             try await inTurn(adapter) { () async throws(BLEError) in try await self.registerAdvertisement(id, adapter) }
         } catch {
@@ -23,6 +24,7 @@ extension BlueZPeripheral {
             adverts.remove(under: LEAdvertisement.path(id))
             throw error
         }
+        await roomFollows(adapter, apartFrom: before)
         log("peripheral: advertising on \(adapter) (id \(id))")
         return state.withLock { $0.advertisements[id] } ?? RegisteredAdvertisement(id: id, adapter: adapter, definition: advertisement)
     }
@@ -32,10 +34,12 @@ extension BlueZPeripheral {
             throw BLEError(.invalidParameters, "no advertisement \(id)")
         }
         if advertisement.registered, let adapterPath = BlueZ.root.child(advertisement.adapter) {
+            let before = activeInstances(advertisement.adapter)
             do throws(BusError) {
                 _ = try await link.call(.methodCall(destination: BlueZ.service, path: adapterPath, interface: LEAdvertisement.managerInterface,
                                                     member: "UnregisterAdvertisement", [.objectPath(LEAdvertisement.path(id))]),
                                         timeout: BusLink.callDeadline)
+                await roomFollows(advertisement.adapter, apartFrom: before)
             } catch {
                 // Gone already (bluetoothd or the adapter went away): nothing is sent.
                 log("peripheral: unregistering advertisement \(id): \(error)")
@@ -45,6 +49,22 @@ extension BlueZPeripheral {
         var stopped = advertisement
         stopped.registered = false
         events(.advertisement(stopped))
+    }
+
+    /// BlueZ's count of the adapter's advertisements (`ActiveInstances`), as last signalled.
+    private func activeInstances(_ adapter: String) -> Int? {
+        BlueZ.root.child(adapter).flatMap { link.tree.properties(at: $0, LEAdvertisement.managerInterface) }?["ActiveInstances"]?.integer
+    }
+
+    /// Waits, at most a second, until BlueZ's count of the adapter's advertisements is no longer
+    /// `before`: it signals the count after it answered (un)registering, and a status read right
+    /// after the answer would still show the old one.
+    private func roomFollows(_ adapter: String, apartFrom before: Int?) async {
+        guard let before, let path = BlueZ.root.child(adapter) else { return }
+        _ = await room.wait(for: path, timeout: .seconds(1), current: { [link] in link.tree.properties(at: $0, LEAdvertisement.managerInterface) }) {
+            guard let active = $0?["ActiveInstances"]?.integer else { return nil }
+            return active != before ? true : nil
+        }
     }
 
     /// Registers an advertisement (again); `outOfSpace` when the adapter sends as many as it can.

@@ -30,6 +30,8 @@ public final class BlueZPeripheral: PeripheralManager {
     let isOwnLink: @Sendable (ObjectPath) -> Bool
     /// Registrations on one adapter run one at a time.
     let turns = SerialQueues<String>(maxWaiting: 32, maxWait: .seconds(60))
+    /// Calls waiting for an adapter's advertisement counts to follow what they did.
+    let room = Waiters()
 
     struct State {
         var services: [Int: RegisteredService] = [:]

@@ -54,7 +54,8 @@ extension Engine {
     /// The adapter's advertisements changed: the instance counts are signalled and what the
     /// other adapters hear follows (connectable while one of them is).
     func advertisementsChanged(_ a: Int) {
-        propertiesChanged(.adapter(a), Interface.advertisingManager, ["SupportedInstances", "ActiveInstances"])
+        // bluetoothd's property changes go out from an idle callback, after the call's answer.
+        tasks.after(milliseconds: 20) { await self.propertiesChanged(.adapter(a), Interface.advertisingManager, ["SupportedInstances", "ActiveInstances"]) }
         let ready = adapters[a].advertisements.compactMap(\.data)
         guard !ready.isEmpty || adapters[a].asPeripheral != nil else { return }
         let p = adapterPeripheral(a)

@@ -46,15 +46,17 @@ private final class SimulatedBlueZ: Sendable {
         await central.start()
         let hci0Changed: @Sendable (CentralEvent) -> Bool = { if case .adapter(let info, .changed) = $0 { info.id == "hci0" } else { false } }
 
+        // The counts come after the answer (the simulator sends them 20 ms later, as bluetoothd's
+        // idle-time property signals do): the status read right after the call shows them all the same.
         var since = events.recorded
         let advertisement = try await central.peripheral.startAdvertising(AdvertisementDefinition(localName: "gattway-room", adapter: "hci0"))
-        _ = try await events.wait(since: since, what: "hci0 changed: one advertisement running", hci0Changed)
         #expect(await central.peripheral.status().instances["hci0"]?.active == 1)
+        _ = try await events.wait(since: since, what: "hci0 changed: one advertisement running", hci0Changed)
 
         since = events.recorded
         try await central.peripheral.stopAdvertising(advertisement.id)
-        _ = try await events.wait(since: since, what: "hci0 changed: none running", hci0Changed)
         #expect(await central.peripheral.status().instances["hci0"]?.active == 0)
+        _ = try await events.wait(since: since, what: "hci0 changed: none running", hci0Changed)
     }
 
     @Test func ownCentralOnHci1ScansConnectsReadsWritesAndIsNotifiedByThePeripheralOnHci0() async throws {
