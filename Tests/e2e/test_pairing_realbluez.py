@@ -74,10 +74,16 @@ def connected(gw):
     status, body, _ = gw.post(f"/v1/devices/{DEVICE}/connect", {"timeout": T["connect_timeout"]})
     if status == 404:
         assert gw.post("/v1/scan", {})[0] == 200
-        assert wait_for(lambda: gw.get(f"/v1/devices/{DEVICE}")[1].get("stale") is None, 30), "not heard again"
+        assert wait_for(lambda: heard(gw), 30), "not heard again"
         gw.delete("/v1/scan")
         status, body, _ = gw.post(f"/v1/devices/{DEVICE}/connect", {"timeout": T["connect_timeout"]})
     return status == 200
+
+
+def heard(gw):
+    """Listed and not stale (a 404's body has no `stale` either)."""
+    status, body, _ = gw.get(f"/v1/devices/{DEVICE}")
+    return status == 200 and body.get("stale") is None
 
 
 def stop(gw):
