@@ -7,6 +7,12 @@ on its screen. Each call is one line in the log file given; it answers questions
 passkey request with the PASSKEY given (KeyboardOnly: a device whose passkey is fixed, typed on
 both sides).
 
+It answers only for the peripheral's adapter (hci1). This bluetoothd serves gattway's adapter
+too, and a pairing bluetoothd starts by itself for gattway's side (an authenticated read) asks the
+default agent, this one, unless gattway called Pair: answering there would pair gattway's side
+with the peripheral's passkey, which no real host's agent knows. Such questions are refused, as
+a host with no agent of its own that knows the device refuses them.
+
 Usage: realbluez_agent.py CAPABILITY LOGFILE [PASSKEY]. Stops on SIGTERM (the default agent goes
 back to the one registered before)."""
 import signal
@@ -19,6 +25,7 @@ import dbus.service
 from gi.repository import GLib
 
 PATH = "/gattway/test/agent"
+PERIPHERAL = "/org/bluez/hci1/"
 capability, logfile = sys.argv[1], sys.argv[2]
 passkey = int(sys.argv[3]) if len(sys.argv) > 3 else None
 out = open(logfile, "a", buffering=1)
@@ -28,6 +35,13 @@ def log(*words):
     out.write("[%.3f] %s\n" % (time.monotonic(), " ".join(str(w) for w in words)))
 
 
+def peripherals_only(device, question):
+    """Refuses a question for a device seen from another adapter than the peripheral's."""
+    if not str(device).startswith(PERIPHERAL):
+        log(question, device, "refused: not the peripheral's adapter")
+        raise dbus.DBusException("not the peripheral's adapter", name="org.bluez.Error.Rejected")
+
+
 class Agent(dbus.service.Object):
     @dbus.service.method("org.bluez.Agent1")
     def Release(self):
@@ -35,10 +49,12 @@ class Agent(dbus.service.Object):
 
     @dbus.service.method("org.bluez.Agent1", in_signature="ouq")
     def DisplayPasskey(self, device, passkey, entered):
+        peripherals_only(device, "DisplayPasskey")
         log("DisplayPasskey", device, "%06d" % passkey, entered)
 
     @dbus.service.method("org.bluez.Agent1", in_signature="o", out_signature="u")
     def RequestPasskey(self, device):
+        peripherals_only(device, "RequestPasskey")
         log("RequestPasskey", device, "answered" if passkey is not None else "refused")
         if passkey is None:
             raise dbus.DBusException("no passkey", name="org.bluez.Error.Rejected")
@@ -46,14 +62,17 @@ class Agent(dbus.service.Object):
 
     @dbus.service.method("org.bluez.Agent1", in_signature="ou")
     def RequestConfirmation(self, device, passkey):
+        peripherals_only(device, "RequestConfirmation")
         log("RequestConfirmation", device, "%06d" % passkey)
 
     @dbus.service.method("org.bluez.Agent1", in_signature="o")
     def RequestAuthorization(self, device):
+        peripherals_only(device, "RequestAuthorization")
         log("RequestAuthorization", device)
 
     @dbus.service.method("org.bluez.Agent1", in_signature="os")
     def AuthorizeService(self, device, uuid):
+        peripherals_only(device, "AuthorizeService")
         log("AuthorizeService", device, uuid)
 
     @dbus.service.method("org.bluez.Agent1")
