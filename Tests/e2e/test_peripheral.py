@@ -209,8 +209,10 @@ def test_definitions_outlive_a_restart_with_a_state_dir():
             first.stop()
         again = Gateway(["--simulate", path, "--state-dir", state])
         try:
-            # The kept service is defined first, then the advertisement: each shows when it is back.
-            assert wait_for(lambda: (lambda p: p["services"] and p["advertisements"])(again.get("/v1/peripheral")[1]), 10)
+            # The kept service is defined first, then the advertisement: each shows when it is back,
+            # the service before BlueZ has registered it.
+            back = lambda p: p["services"] and p["services"][0]["registered"] and p["advertisements"]
+            assert wait_for(lambda: back(again.get("/v1/peripheral")[1]), 10), again.get("/v1/peripheral")[1]
             p = again.get("/v1/peripheral?format=utf8")[1]
             assert [s["uuid"] for s in p["services"]] == [SERVICE] and p["services"][0]["registered"], p
             assert p["services"][0]["characteristics"][0]["value"] == "hello", p
