@@ -77,12 +77,20 @@ final class FakePeripheralBlueZ: Sendable {
             }
             seen.withLock { $0.advertisements[target] = props }
             objects.answer(call, call.reply())
+            countAdvertisements()
         case ("org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement"):
             _ = seen.withLock { $0.advertisements.removeValue(forKey: target ?? .root) }
             objects.answer(call, call.reply())
+            countAdvertisements()
         default:
             objects.answer(call, call.errorReply(BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "fake")))
         }
+    }
+
+    /// `ActiveInstances` follows, after the answer (as bluetoothd signals it).
+    private func countAdvertisements() {
+        let count = seen.withLock { $0.advertisements.count }
+        objects.update(Self.adapter, "org.bluez.LEAdvertisingManager1", ["ActiveInstances": .byte(UInt8(count))])
     }
 
     /// Calls the application as bluetoothd does for a central's request.
