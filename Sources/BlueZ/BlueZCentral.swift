@@ -40,9 +40,10 @@ public final class BlueZCentral: Central {
     public convenience init(busAddress address: String, adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard,
                             staleAfter: Duration = .seconds(60), forgetAfter: Duration = .seconds(3600),
                             pairing: PairingOptions = PairingOptions(), recovery: RecoveryOptions = RecoveryOptions(),
-                            advertisements: AdvertisementSource = .dbus, log: @escaping @Sendable (String) -> Void = { _ in }) {
+                            advertisements: AdvertisementSource = .dbus, monitorLedger: MonitorLedger? = nil,
+                            log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.init(adapters: adapters, reconnectPolicy: reconnectPolicy, staleAfter: staleAfter, forgetAfter: forgetAfter,
-                  pairing: pairing, recovery: recovery, advertisements: advertisements, log: log) { () throws(BusError) in
+                  pairing: pairing, recovery: recovery, advertisements: advertisements, monitorLedger: monitorLedger, log: log) { () throws(BusError) in
             try Connection(address: address)
         }
     }
@@ -50,17 +51,18 @@ public final class BlueZCentral: Central {
     /// `connect` opens a bus connection; it is called at start and again after the bus went away.
     /// A device the scan found and has not seen for `staleAfter` is listed `stale`; the watch
     /// forgets one it has not heard for `forgetAfter`. Notifications wanted that have not started
-    /// again `restoreDeadline` after their device connected are reported (`.resubscribed`).
+    /// again `restoreDeadline` after their device connected are reported (`.resubscribed`). The
+    /// advertisement monitors of passive scanning are written down in `monitorLedger`, if given.
     public init(adapters: AdapterSelection = .all, reconnectPolicy: ReconnectPolicy = .standard, staleAfter: Duration = .seconds(60),
                 forgetAfter: Duration = .seconds(3600), restoreDeadline: Duration = .seconds(10), pairing: PairingOptions = PairingOptions(),
-                recovery: RecoveryOptions = RecoveryOptions(), advertisements: AdvertisementSource = .dbus,
+                recovery: RecoveryOptions = RecoveryOptions(), advertisements: AdvertisementSource = .dbus, monitorLedger: MonitorLedger? = nil,
                 log: @escaping @Sendable (String) -> Void = { _ in }, connect: @escaping @Sendable () throws(BusError) -> Connection) {
         let tree = ObjectTree()
         let index = GATTIndex(tree: tree, selection: adapters)
         let link = BusLink(connect: connect, tree: tree, index: index, events: events, log: log)
         let devices = DeviceList(link: link, staleAfter: staleAfter, forgetAfter: forgetAfter)
         let hearing = Hearing()
-        let monitors = AdvertisementMonitors(log: log)
+        let monitors = AdvertisementMonitors(ledger: monitorLedger, log: log)
         let discovery = Discovery(link: link, devices: devices, hearing: hearing, monitors: monitors, log: log)
         let reset = AdapterReset(link: link, enabled: recovery.resetAdapter, interval: recovery.resetInterval, log: log)
         let connector = Connector(link: link, events: events, devices: devices, discovery: discovery,

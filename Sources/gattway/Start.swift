@@ -27,15 +27,16 @@ func startSimulation(_ file: String?) async throws(StartFailure) -> Simulation {
 }
 
 /// BlueZ on `busAddress`, the simulator's or the system's; a bus that is away is tried again
-/// with backoff meanwhile.
-func startCentral(_ options: Options, busAddress: String, simulation: Simulation?) async -> BlueZCentral {
+/// with backoff meanwhile. Passive scanning's monitors are written down in the state directory.
+func startCentral(_ options: Options, busAddress: String, simulation: Simulation?, stateDirectory: String?) async -> BlueZCentral {
     let pairing = PairingOptions(io: options.pairingIO, defaultAgent: options.pairingDefaultAgent,
                                  answerDeadline: .milliseconds(Int(options.pairingTimeoutSeconds * 1000)))
     let central = BlueZCentral(busAddress: busAddress, adapters: options.adapters.map { .named($0) } ?? .all,
                                staleAfter: .milliseconds(Int(options.staleAfterSeconds * 1000)),
                                forgetAfter: options.forgetAfter, pairing: pairing,
                                recovery: RecoveryOptions(resetAdapter: options.adapterReset),
-                               advertisements: advertisementSource(options, simulation: simulation), log: log)
+                               advertisements: advertisementSource(options, simulation: simulation),
+                               monitorLedger: stateDirectory.flatMap(monitorLedger), log: log)
     await central.start()
     let status = await central.status()
     log("Bluetooth state: \(status.state.name)" + (status.reason.map { " (\($0))" } ?? ""))
@@ -56,6 +57,24 @@ func advertisementSource(_ options: Options, simulation: Simulation?) -> Adverti
     return simulation.managementStream().map { .descriptor($0) } ?? .dbus
 }
 
+/// The advertisement monitors' ledger, `kernel-monitors` in the state directory (nil where this
+/// boot's id cannot be read).
+func monitorLedger(_ directory: String) -> MonitorLedger? {
+    guard let boot = readFile("/proc/sys/kernel/random/boot_id")?.split(separator: "\n").first.map(String.init), !boot.isEmpty else {
+        log("passive scanning: this boot's id cannot be read: advertisement monitors are not written down", .warning)
+        return nil
+    }
+    let file = directory + "/kernel-monitors"
+    return MonitorLedger(boot: boot, read: { readFile(file) }, write: { text in
+        do throws(Restoration.FileError) {
+            try Restoration.writeAtomically(Array(text.utf8), to: file)
+            return nil
+        } catch {
+            return error.description
+        }
+    })
+}
+
 /// What gattway asked BlueZ for on its own ends with it.
 func stopCentral(_ central: BlueZCentral) async {
     _ = try? await central.stopScan()
@@ -64,12 +83,12 @@ func stopCentral(_ central: BlueZCentral) async {
 }
 
 /// The core every door shares, with the state kept across restarts.
-func makeGateway(_ options: Options, _ loaded: Loaded, central: BlueZCentral) -> Gateway {
+func makeGateway(_ options: Options, _ loaded: Loaded, central: BlueZCentral, stateDirectory: String?) -> Gateway {
     let blocklistSources = (options.defaultBlocklist ? ["the default list"] : []) + options.blocklistFiles
     log("GATT blocklist: \(loaded.blocklist.entries.count) UUIDs from \(blocklistSources.isEmpty ? "nowhere" : blocklistSources.joined(separator: ", "))")
     return Gateway(central: central, version: gattwayVersion,
                    keepAliveInterval: .milliseconds(Int(options.keepAliveSeconds * 1000)),
-                   autoReconnect: options.autoReconnect, stateDirectory: stateDirectory(options),
+                   autoReconnect: options.autoReconnect, stateDirectory: stateDirectory,
                    blocklist: loaded.blocklist, idleDisconnect: .milliseconds(Int(options.idleDisconnectSeconds * 1000)),
                    sensorKeys: loaded.sensorKeys, pairingKeys: loaded.pairingKeys, peripheral: central.peripheral, log: log)
 }

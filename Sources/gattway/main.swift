@@ -42,10 +42,12 @@ func start(_ options: Options, _ loaded: Loaded, _ services: Services, systemd: 
                                               stop: { $0.stop() })
         busAddress = simulation!.bus.address
     }
-    let central = await services.start("BlueZ", { [simulation] in await startCentral(options, busAddress: busAddress, simulation: simulation) },
-                                       stop: stopCentral)
+    let state = stateDirectory(options)
+    let central = await services.start("BlueZ", { [simulation] in
+        await startCentral(options, busAddress: busAddress, simulation: simulation, stateDirectory: state)
+    }, stop: stopCentral)
     // The core, then its doors.
-    let gateway = await services.start("gateway", { makeGateway(options, loaded, central: central) }, stop: disconnectOwned)
+    let gateway = await services.start("gateway", { makeGateway(options, loaded, central: central, stateDirectory: state) }, stop: disconnectOwned)
     hangUp.reload(keysOf: gateway)
     let serial = await services.start("serial ports", { makeSerialPorts(options, gateway: gateway) }, stop: { $0.stop() })
     let http = try await services.start("HTTP server", { () throws(StartFailure) in

@@ -214,6 +214,53 @@ def test_gattways_monitor_is_removed_when_it_stops(tmp_path):
         sim.stop()
 
 
+def test_a_killed_gattways_monitor_is_removed_by_the_next_with_the_same_state_dir(tmp_path):
+    """A gattway killed while it scans passively (SIGKILL; the packaged service's watchdog kills
+    a wedged one) cannot remove its monitor, and the kernel keeps it: restarted so again and
+    again, the controller would fill up (32 monitors) and scan passively for nobody. gattway
+    writes its monitors down in the state directory; the next one there removes the one left
+    before it adds its own, so the controller has one monitor, not two."""
+    sim = Simulator(tmp_path)
+    args = ["--management-socket", sim.socket, "--no-watch", "--state-dir", str(tmp_path / "state")]
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": sim.bus}
+    started = []
+
+    def gattway(args):
+        started.append(Gateway(args, env=env))
+        return started[-1]
+
+    try:
+        first = gattway(args)
+        status, body, _ = first.post("/v1/scan", {"active": False})
+        assert status == 200 and body["mode"] == "passive", body
+        assert monitors_on_hci0(sim.socket) == [1]
+        first.proc.kill()
+        first.proc.wait(10)
+        assert monitors_on_hci0(sim.socket) == [1]
+
+        again = gattway(args)
+        status, body, _ = again.post("/v1/scan", {"active": False})
+        assert status == 200 and body["mode"] == "passive", body
+        assert monitors_on_hci0(sim.socket) == [1], again.log[-10:]
+        assert any("advertisement monitor 1 removed on hci0 (left by a gattway" in line for line in again.log), again.log
+        assert again.stop() == 0
+        assert monitors_on_hci0(sim.socket) == []
+        # A monitor not written down (another program's, or a killed gattway's that had no state
+        # directory) is left alone, and said.
+        lost = gattway(["--management-socket", sim.socket, "--no-watch"])
+        assert lost.post("/v1/scan", {"active": False})[0] == 200
+        lost.proc.kill()
+        lost.proc.wait(10)
+        unwritten = gattway(args)
+        assert unwritten.post("/v1/scan", {"active": False})[0] == 200
+        assert monitors_on_hci0(sim.socket) == [1, 2]
+        assert any("hci0 has monitors 1 already" in line for line in unwritten.log), unwritten.log
+    finally:
+        for gw in started:
+            gw.stop()
+        sim.stop()
+
+
 def watch(gw):
     status, body, _ = gw.get("/v1/watch")
     assert status == 200, body
