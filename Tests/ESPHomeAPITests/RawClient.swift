@@ -19,12 +19,28 @@ final class RawClient {
         precondition(connected == 0, "connect: \(errno)")
     }
 
-    /// Whether a connection to `port` on loopback (`host`, 127.0.0.1 by default) is refused:
-    /// nothing listens there.
-    static func isRefused(port: UInt16, host: UInt32 = 0x7F00_0001) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        return connect(fd, host: host, port: port) != 0 && errno == ECONNREFUSED
+    /// Whether a TCP socket listens on exactly `host`:`port` (the kernel's list, /proc/net/tcp).
+    /// Not a connect: a test beside this one listening on every address (0.0.0.0) may have been
+    /// given the same port once it was free, and would take the connection.
+    static func isListening(port: UInt16, host: UInt32) -> Bool {
+        guard let file = fopen("/proc/net/tcp", "r") else { return false }
+        defer { fclose(file) }
+        // The address as the kernel prints it: the bytes in memory (network order) as a
+        // little-endian number, then the port; state 0A is LISTEN.
+        let address = hex(host.bigEndian.littleEndian, digits: 8) + ":" + hex(UInt32(port), digits: 4)
+        var line: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(line) }
+        while getline(&line, &capacity, file) > 0, let line {
+            let fields = String(cString: line).split(separator: " ")
+            if fields.count > 3, fields[1] == address, fields[3] == "0A" { return true }
+        }
+        return false
+    }
+
+    private static func hex(_ value: UInt32, digits: Int) -> String {
+        let text = String(value, radix: 16, uppercase: true)
+        return String(repeating: "0", count: max(0, digits - text.count)) + text
     }
 
     private static func connect(_ fd: Int32, host: UInt32, port: UInt16) -> Int32 {
