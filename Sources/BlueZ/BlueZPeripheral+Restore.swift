@@ -14,14 +14,20 @@ extension BlueZPeripheral {
     }
 
     /// Registers the adapter's application and the advertisements BlueZ does not send, if the
-    /// adapter is there and powered.
+    /// adapter is there and powered. Each registration checks again in its turn: the adapter may
+    /// have gone off while the restore waited (one that came late then registered an advertisement
+    /// on an adapter already off, and after power came back there was nothing left to restore).
     func restore(_ adapter: String) async {
         guard isPowered(adapter) else { return }
         await restoreServices(adapter)
         let waiting = state.withLock { $0.advertisements.values.filter { $0.adapter == adapter && !$0.registered }.map(\.id).sorted() }
         for id in waiting {
             do throws(BLEError) {
-                try await inTurn(adapter) { () async throws(BLEError) in try await self.registerAdvertisement(id, adapter) }
+                try await inTurn(adapter) { () async throws(BLEError) in
+                    let wanted = self.state.withLock { $0.advertisements[id]?.registered == false }
+                    guard wanted, self.isPowered(adapter) else { return }
+                    try await self.registerAdvertisement(id, adapter)
+                }
             } catch {
                 log("peripheral: cannot advertise \(id) on \(adapter) again: \(error)")
             }
@@ -32,16 +38,18 @@ extension BlueZPeripheral {
     func restoreServices(_ adapter: String, changed: Bool = false) async {
         guard isPowered(adapter) else { return }
         do throws(BLEError) {
-            try await registerInTurn(adapter, changed: changed)
+            try await registerInTurn(adapter, changed: changed, poweredOnly: true)
         } catch {
             log("peripheral: cannot register the services on \(adapter) again: \(error)")
         }
     }
 
     /// In the adapter's turn: registers its application, unless this bluetoothd serves every
-    /// service of it already and none was removed (`changed`).
-    func registerInTurn(_ adapter: String, changed: Bool) async throws(BLEError) {
+    /// service of it already and none was removed (`changed`), or (`poweredOnly`, a restore) the
+    /// adapter went off meanwhile.
+    func registerInTurn(_ adapter: String, changed: Bool, poweredOnly: Bool = false) async throws(BLEError) {
         try await inTurn(adapter) { () async throws(BLEError) in
+            if poweredOnly, !self.isPowered(adapter) { return }
             let served = self.state.withLock { s in
                 s.applications.contains(adapter) && s.owner == self.link.tree.owner
                     && s.services.values.allSatisfy { $0.adapter != adapter || $0.registered }
