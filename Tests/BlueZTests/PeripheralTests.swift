@@ -27,7 +27,7 @@ final class PeripheralRig: Sendable {
 
     /// bluetoothd restarts: the old one leaves the bus, a new one (knowing nothing) takes the name.
     func restartBlueZ() async throws {
-        fake.exit()
+        await fake.exit()
         bluez.withLock { _ = $0 }
         let fresh = try await FakePeripheralBlueZ(address: bus.address)
         bluez.withLock { $0 = fresh }
