@@ -93,8 +93,12 @@ import Testing
         // Drained fast now: what the buffer held, the first 1000 bytes (6 writes and 100 of the seventh).
         try await sim.setUART(Sim.nus, #"{"rx": "\#(Self.nusRX)", "tx": "\#(Self.nusTX)", "bufferBytes": 1000, "drainBytesPerSecond": 1000000}"#)
         #expect(try await sim.notified(tx, after: mark, count: 1000) == Array(written.prefix(1000)))
-        // All of it drained in one step: notified in pieces of MTU-3 bytes.
-        #expect(sim.pieces(tx, after: mark).map(\.count) == [244, 244, 244, 244, 24])
+        // Notified in pieces of at most MTU-3 bytes. (Usually all of it drains in one step,
+        // [244, 244, 244, 244, 24]; a step that came just after the one before, on a busy
+        // machine, drained only what its few microseconds allowed, and a full unit run failed on
+        // the exact list.)
+        let pieces = sim.pieces(tx, after: mark).map(\.count)
+        #expect(pieces.allSatisfy { $0 <= 244 } && pieces.contains(244) && pieces.reduce(0, +) == 1000, "\(pieces)")
         #expect(try await sim.uartStats(Sim.nus) == UARTState.Counters(received: 1000, dropped: 200, echoed: 1000))
     }
 
