@@ -192,7 +192,9 @@ import Testing
             _ = try await sim.signal(after: sim.mark) { $0.changes(path, Interface.device, "ServiceData") }
         }
         // Every change recorded so far, in order: a loaded machine may have sent two between the
-        // waits above, and each must still be the next measurement.
+        // waits above. Each is a later measurement, never the same one again; on a loaded machine
+        // a measurement can also come and go between two advertisements (a clean-clone run saw
+        // a packet id skipped), as a real sensor's would.
         let changes = sim.signals(after: 0) { $0.changes(path, Interface.device, "ServiceData") }
         let payloads = [Connection.interfaces(added.body[1])[Interface.device]?["ServiceData"]]
             + changes.map { $0.body[1].stringDictionary?["ServiceData"]?.unwrapped }
@@ -204,7 +206,8 @@ import Testing
             return try #require(Sensors.decode(data, address: BluetoothAddress(address)!))
         }
         for (earlier, later) in zip(readings, readings.dropFirst()) {
-            #expect(later.packetId == (try #require(earlier.packetId) + 1) % 256)
+            let step = (Int(try #require(later.packetId)) - Int(try #require(earlier.packetId)) + 256) % 256
+            #expect((1...8).contains(step), "packet id \(String(describing: earlier.packetId)) then \(String(describing: later.packetId))")
         }
         // A measurement every 0.3 s, advertised ten times a second: only the changes are signalled,
         // each a new packet (checked above), so no more signals than measurements.
