@@ -88,16 +88,24 @@ echo "still-there:$left"
 """
 
 
+def end_lab_links(when="with no gattway running"):
+    """Real BlueZ: ends the lab's links (call it only when no gattway runs) and says which it
+    ended; elsewhere nothing. What was ended, as lines."""
+    target = targets.current()
+    if target["name"] != "realbluez":
+        return []
+    lab = os.environ.get("RB_LAB", os.path.join(os.path.dirname(ROOT), "shared", "realbluez"))
+    out = subprocess.run([os.path.join(lab, "guest-exec"), LAB_LINKS], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "RB_STATE_DIR": target["state_dir"]})
+    ended = out.stdout.strip().splitlines()
+    if ended:
+        print(f"\n[realbluez] lab: links left over {when}, ended: {'; '.join(ended)}")
+    return ended
+
+
 @pytest.fixture(scope="module", autouse=True)
 def lab_without_links():
-    target = targets.current()
-    if target["name"] == "realbluez":
-        lab = os.environ.get("RB_LAB", os.path.join(os.path.dirname(ROOT), "shared", "realbluez"))
-        out = subprocess.run([os.path.join(lab, "guest-exec"), LAB_LINKS], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "RB_STATE_DIR": target["state_dir"]})
-        ended = out.stdout.strip()
-        if ended:
-            print(f"\n[realbluez] lab: links left over with no gattway running, ended: {'; '.join(ended.splitlines())}")
+    end_lab_links()
     yield
 
 
