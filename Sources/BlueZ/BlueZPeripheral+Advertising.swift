@@ -51,9 +51,15 @@ extension BlueZPeripheral {
         events(.advertisement(stopped))
     }
 
+    /// The adapter's `LEAdvertisingManager1` properties (its advertisement counts), as BlueZ last
+    /// signalled them.
+    func advertisingManager(_ adapterPath: ObjectPath) -> [String: Value]? {
+        link.tree.properties(at: adapterPath, LEAdvertisement.managerInterface)
+    }
+
     /// BlueZ's count of the adapter's advertisements (`ActiveInstances`), as last signalled.
     private func activeInstances(_ adapter: String) -> Int? {
-        BlueZ.root.child(adapter).flatMap { link.tree.properties(at: $0, LEAdvertisement.managerInterface) }?["ActiveInstances"]?.integer
+        BlueZ.root.child(adapter).flatMap(advertisingManager)?["ActiveInstances"]?.integer
     }
 
     /// Waits, at most a second, until BlueZ's count of the adapter's advertisements is no longer
@@ -61,7 +67,7 @@ extension BlueZPeripheral {
     /// after the answer would still show the old one.
     private func roomFollows(_ adapter: String, apartFrom before: Int?) async {
         guard let before, let path = BlueZ.root.child(adapter) else { return }
-        _ = await room.wait(for: path, timeout: .seconds(1), current: { [link] in link.tree.properties(at: $0, LEAdvertisement.managerInterface) }) {
+        _ = await room.wait(for: path, timeout: .seconds(1), current: { [self] in advertisingManager($0) }) {
             guard let active = $0?["ActiveInstances"]?.integer else { return nil }
             return active != before ? true : nil
         }
@@ -86,7 +92,7 @@ extension BlueZPeripheral {
     func advertisingError(_ error: BusError, _ adapter: String) -> BLEError {
         let mapped = ErrorMapping.map(error, context: .adapter)
         guard mapped.code == .cb(.outOfSpace) else { return mapped }
-        let room = BlueZ.root.child(adapter).flatMap { LEAdvertisement.instances(link.tree.properties(at: $0, LEAdvertisement.managerInterface)) }
+        let room = BlueZ.root.child(adapter).flatMap { LEAdvertisement.instances(advertisingManager($0)) }
         let limit = room.map { "its SupportedInstances: \($0.supported)" } ?? "its SupportedInstances"
         return BLEError(.outOfSpace, "adapter \(adapter) sends as many advertisements at once as it can (\(limit)); stop one first",
                         detail: error.description)

@@ -106,7 +106,7 @@ extension BlueZPeripheral {
             } else if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool {
                 centralChanged(path, connected)
             } else if interface == LEAdvertisement.managerInterface {
-                room.check(path: path) { link.tree.properties(at: $0, LEAdvertisement.managerInterface) }
+                room.check(path: path, advertisingManager)
             }
         }
     }

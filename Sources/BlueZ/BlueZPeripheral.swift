@@ -74,7 +74,7 @@ public final class BlueZPeripheral: PeripheralManager {
         // The adapters in use, and any other this side serves on.
         let serving = state.withLock { s in s.services.values.map(\.adapter) + s.advertisements.values.map(\.adapter) }
         for path in Set(link.index.adapterPaths() + serving.compactMap { BlueZ.root.child($0) }) {
-            if let room = LEAdvertisement.instances(link.tree.properties(at: path, LEAdvertisement.managerInterface)) {
+            if let room = LEAdvertisement.instances(advertisingManager(path)) {
                 instances[String(path.lastElement)] = room
             }
         }
